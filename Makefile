@@ -1,0 +1,50 @@
+# maya: every target creates .venv on first use and installs the project into it.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+GPU     ?= cpu
+export MAYA_WAREHOUSE ?= $(CURDIR)/warehouse
+
+.PHONY: setup test lint demo calibrate dagster mlflow bench validate evaluate clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: on machines without a GPU this resolves to the CPU wheel.
+	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q "torch>=2.13,<2.15"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)          ## create .venv and install maya with its dependencies
+
+test: $(STAMP)           ## run the test suite (CPU only, no GPU needed)
+	$(BIN)/python -m pytest -q -x --durations=15
+
+lint: $(STAMP)           ## ruff over the project
+	$(BIN)/ruff check emulator maya_models pipelines tests examples
+
+demo: $(STAMP)           ## default h100 predictors from reference data, then predict an example on 8xH100
+	$(BIN)/python -m emulator.demo
+
+calibrate: $(STAMP)      ## run the calibration chain for GPU=<part> (default cpu)
+	$(BIN)/maya calibrate --gpu $(GPU)
+
+dagster: $(STAMP)        ## open the Dagster UI on the pipelines
+	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/warehouse/dagster_home}; mkdir -p $$DAGSTER_HOME; \
+	DAGSTER_HOME=$$DAGSTER_HOME $(BIN)/dagster dev -m pipelines.definitions
+
+mlflow: $(STAMP)         ## open the MLflow UI on the local store
+	$(BIN)/mlflow ui --backend-store-uri $${MLFLOW_TRACKING_URI:-sqlite:///$(MAYA_WAREHOUSE)/mlflow.db}
+
+bench: $(STAMP)          ## emulation and simulation speed benchmarks
+	$(BIN)/python -m emulator.bench
+
+validate: $(STAMP)       ## prediction error against real CPU runs and published GPU measurements
+	$(BIN)/python -m emulator.validate
+
+evaluate: $(STAMP)       ## predictor accuracy on held-out shapes and the unseen-GPU holdout
+	$(BIN)/python -m maya_models.evaluate
+
+clean:
+	rm -rf $(VENV) warehouse/measurements warehouse/maya.duckdb warehouse/mlflow.db warehouse/mlartifacts

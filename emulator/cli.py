@@ -1,0 +1,183 @@
+"""`maya`: the command line. Thin: each command parses flags and calls one function.
+
+Flags follow torchrun (`--nproc-per-node`, `--nnodes`) and `-m module` works like python's.
+Calibration lives in `pipelines` (Dagster); it runs in its own process so the emulator never
+imports the orchestrator.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Predict time, memory and cost of a PyTorch training job on a GPU cluster, without the GPUs.")
+
+
+def _console() -> Console:
+    """A console sized to the terminal, at least 120 columns so tables don't fold when piped."""
+    c = Console()
+    return Console(width=max(c.width, 120)) if not c.is_terminal else c
+
+
+_PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False, "allow_extra_args": True}
+
+
+def _program(script: str | None, module: str | None,
+             args: list[str] | None) -> tuple[str | None, str | None, list[str]]:
+    if bool(script) == bool(module):
+        if module and script:  # `-m mod arg1 ...`: typer put the first program arg into SCRIPT
+            return None, module, [script, *(args or [])]
+        raise typer.BadParameter("give a SCRIPT or -m MODULE (exactly one)")
+    return script, module, list(args or [])
+
+
+def _gpu(key: str):
+    from emulator.hardware import UnknownGPUError, get_gpu
+
+    try:
+        return get_gpu(key)
+    except UnknownGPUError as e:
+        _console().print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+
+
+@app.command(context_settings=_PASSTHROUGH)
+def emulate(
+    script: str = typer.Argument(None, help="training script (or use -m MODULE)"),
+    args: list[str] = typer.Argument(None, help="arguments passed to the program"),
+    module: str = typer.Option(None, "-m", help="run a module, like python -m"),
+    gpu: str = typer.Option("h100", help="target GPU (see `maya gpus`)"),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", "--nproc_per_node"),
+    nnodes: int = typer.Option(1, "--nnodes"),
+    iterations: int = typer.Option(None, "--iterations", help="stop cleanly after K optimizer steps"),
+    out: Path = typer.Option(Path("out"), "--out", help="output folder for the trace"),
+    dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once"),
+    jobs: int = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)"),
+):
+    """Run the program on an emulated GPU cluster and write a trace per rank."""
+    from emulator.launcher import run_emulation
+
+    spec = _gpu(gpu)
+    script, module, argv = _program(script, module, args)
+    summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
+                            nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs)
+    raise typer.Exit(0 if summary.get("ok", False) else 1)
+
+
+@app.command(context_settings=_PASSTHROUGH)
+def profile(
+    script: str = typer.Argument(None),
+    args: list[str] = typer.Argument(None),
+    module: str = typer.Option(None, "-m"),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", "--nproc_per_node"),
+    iterations: int = typer.Option(None, "--iterations"),
+    out: Path = typer.Option(Path("out-profile"), "--out"),
+):
+    """Run the program for real on the local device and write the same trace with measured durations."""
+    from emulator.profile import run_profile
+
+    script, module, argv = _program(script, module, args)
+    summary = run_profile(script=script, module=module, argv=argv, nproc_per_node=nproc_per_node,
+                          iterations=iterations, out=out)
+    raise typer.Exit(0 if summary.get("ok", False) else 1)
+
+
+def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline):
+    return dict(gpu=gpu, nnodes=nnodes, nproc_per_node=nproc_per_node, cluster=cluster,
+                price_per_gpu_hour=price_per_gpu_hour, tokens_per_iteration=tokens_per_iteration,
+                timeline=timeline)
+
+
+@app.command()
+def simulate(
+    trace_dir: Path = typer.Argument(..., help="an emulation output folder"),
+    gpu: str = typer.Option(None, help="re-target another GPU (default: the emulated one)"),
+    nnodes: int = typer.Option(None, "--nnodes"),
+    nproc_per_node: int = typer.Option(None, "--nproc-per-node", "--nproc_per_node"),
+    cluster: Path = typer.Option(None, "--cluster", help="cluster description (JSON/TOML)"),
+    price_per_gpu_hour: float = typer.Option(None, "--price-per-gpu-hour"),
+    tokens_per_iteration: int = typer.Option(None, "--tokens-per-iteration"),
+    timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
+):
+    """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
+    if gpu:
+        gpu = _gpu(gpu).key
+    from emulator.predict import simulate_command
+
+    result = simulate_command(trace_dir, **_simulate_options(gpu, nnodes, nproc_per_node, cluster,
+                                                            price_per_gpu_hour, tokens_per_iteration, timeline))
+    raise typer.Exit(0 if result.get("ok", True) else 1)
+
+
+@app.command(context_settings=_PASSTHROUGH)
+def predict(
+    script: str = typer.Argument(None),
+    args: list[str] = typer.Argument(None),
+    module: str = typer.Option(None, "-m"),
+    gpu: str = typer.Option("h100"),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", "--nproc_per_node"),
+    nnodes: int = typer.Option(1, "--nnodes"),
+    iterations: int = typer.Option(None, "--iterations"),
+    out: Path = typer.Option(Path("out"), "--out"),
+    dedup: bool = typer.Option(True, "--dedup/--no-dedup"),
+    jobs: int = typer.Option(None, "--jobs"),
+    cluster: Path = typer.Option(None, "--cluster"),
+    price_per_gpu_hour: float = typer.Option(None, "--price-per-gpu-hour"),
+    tokens_per_iteration: int = typer.Option(None, "--tokens-per-iteration"),
+    timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
+):
+    """Emulate, then simulate: the whole answer for one program and cluster."""
+    from emulator.launcher import run_emulation
+    from emulator.predict import simulate_command
+
+    spec = _gpu(gpu)
+    script, module, argv = _program(script, module, args)
+    summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
+                            nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs)
+    if not summary.get("ok", False) and not summary.get("oom", False):
+        raise typer.Exit(1)
+    result = simulate_command(out, **_simulate_options(spec.key, nnodes, nproc_per_node, cluster,
+                                                      price_per_gpu_hour, tokens_per_iteration, timeline))
+    raise typer.Exit(0 if result.get("ok", True) else 1)
+
+
+@app.command()
+def calibrate(
+    gpu: str = typer.Option(..., help="the part to calibrate; must be the local device (or 'cpu')"),
+    budget_s: float = typer.Option(None, "--budget-s", help="time budget for the kernel sweep"),
+):
+    """Measure the local device, train and publish its predictors (the Dagster chain)."""
+    cmd = [sys.executable, "-m", "pipelines.calibrate", "--gpu", _gpu(gpu).key]
+    if budget_s is not None:
+        cmd += ["--budget-s", str(budget_s)]
+    raise typer.Exit(subprocess.call(cmd))
+
+
+@app.command()
+def gpus():
+    """List the GPU parts maya knows."""
+    from emulator.hardware import GPUS
+
+    t = Table(title="GPUs maya knows")
+    for col in ("key", "name", "memory GiB", "SMs", "bf16 TFLOP/s", "HBM TB/s", "NVLink GB/s", "$/h"):
+        t.add_column(col)
+    for key in sorted(GPUS):
+        s = GPUS[key]
+        t.add_row(key, s.name, f"{s.memory_bytes / 2**30:.0f}", str(s.sm_count),
+                  f"{s.peak_flops.get('bfloat16', 0) / 1e12:.0f}", f"{s.hbm_bandwidth / 1e12:.2f}",
+                  f"{s.nvlink_bandwidth / 1e9:.0f}", f"{s.price_per_hour:.2f}")
+    _console().print(t)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

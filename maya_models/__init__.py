@@ -1,0 +1,1 @@
+"""maya_models."""

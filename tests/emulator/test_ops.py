@@ -1,0 +1,39 @@
+"""The shared op signature: families and work counts used by every stage."""
+
+import pytest
+
+from emulator.ops import canonical_op, collective_name, flops_and_bytes, op_family
+
+
+def test_canonical_names():
+    assert canonical_op("aten.mm.default") == "aten::mm"
+    assert canonical_op("aten::addmm.out") == "aten::addmm"
+    assert canonical_op("c10d.allreduce_.default") == "c10d::allreduce_"
+
+
+def test_families():
+    assert op_family("aten::mm") == "gemm"
+    assert op_family("aten::_scaled_dot_product_flash_attention_backward") == "attention_bwd"
+    assert op_family("aten::_fused_adamw_") == "optimizer"
+    assert op_family("c10d::allgather_") == "collective"
+    assert op_family("c10d::send") == "p2p"
+    assert collective_name("c10d::_reduce_scatter_base_") == "reduce_scatter"
+    assert collective_name("_c10d_functional::all_gather_into_tensor") == "all_gather"
+
+
+def test_linear_forward_gemm_flops():
+    # y[m,n] = x[m,k] @ W[n,k]^T recorded as mm([m,k],[k,n])
+    flops, nbytes = flops_and_bytes("aten::mm", [[4096, 768], [768, 3072]], ["bfloat16", "bfloat16"],
+                                    [[4096, 3072]], ["bfloat16"])
+    assert flops == 2 * 4096 * 768 * 3072
+    assert nbytes == (4096 * 768 + 768 * 3072 + 4096 * 3072) * 2
+
+
+def test_causal_attention_counts_half_the_pairs():
+    q = [8, 12, 1024, 64]
+    full, _ = flops_and_bytes("aten::_scaled_dot_product_flash_attention", [q, q, q], ["bfloat16"] * 3,
+                              args='{"is_causal": false}')
+    causal, _ = flops_and_bytes("aten::_scaled_dot_product_flash_attention", [q, q, q], ["bfloat16"] * 3,
+                                args='{"is_causal": true}')
+    assert full == 4 * 8 * 12 * 1024 * 1024 * 64
+    assert causal == pytest.approx(full * (1024 * 1025 / 2) / (1024 * 1024))
