@@ -1,0 +1,1 @@
+"""Trace schema and I/O."""
