@@ -41,7 +41,7 @@ bench: $(STAMP)          ## emulation and simulation speed benchmarks
 	$(BIN)/python -m emulator.bench
 
 validate: $(STAMP)       ## prediction error against real CPU runs and published GPU measurements
-	$(BIN)/python -m emulator.validate
+	$(BIN)/python -m pipelines.validation
 
 evaluate: $(STAMP)       ## predictor accuracy on held-out shapes and the unseen-GPU holdout
 	$(BIN)/python -m maya_models.evaluate

@@ -88,10 +88,11 @@ def profile(
     raise typer.Exit(0 if summary.get("ok", False) else 1)
 
 
-def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline):
+def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline,
+                      roofline_only=False):
     return dict(gpu=gpu, nnodes=nnodes, nproc_per_node=nproc_per_node, cluster=cluster,
                 price_per_gpu_hour=price_per_gpu_hour, tokens_per_iteration=tokens_per_iteration,
-                timeline=timeline)
+                timeline=timeline, roofline_only=roofline_only)
 
 
 @app.command()
@@ -104,6 +105,8 @@ def simulate(
     price_per_gpu_hour: float = typer.Option(None, "--price-per-gpu-hour"),
     tokens_per_iteration: int = typer.Option(None, "--tokens-per-iteration"),
     timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
+    roofline_only: bool = typer.Option(False, "--roofline-only",
+                                       help="time every op with the labelled analytical fallback (no predictors)"),
 ):
     """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
     if gpu:
@@ -111,7 +114,8 @@ def simulate(
     from emulator.predict import simulate_command
 
     result = simulate_command(trace_dir, **_simulate_options(gpu, nnodes, nproc_per_node, cluster,
-                                                            price_per_gpu_hour, tokens_per_iteration, timeline))
+                                                            price_per_gpu_hour, tokens_per_iteration, timeline,
+                                                            roofline_only))
     raise typer.Exit(0 if result.get("ok", True) else 1)
 
 
@@ -131,6 +135,8 @@ def predict(
     price_per_gpu_hour: float = typer.Option(None, "--price-per-gpu-hour"),
     tokens_per_iteration: int = typer.Option(None, "--tokens-per-iteration"),
     timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
+    roofline_only: bool = typer.Option(False, "--roofline-only",
+                                       help="time every op with the labelled analytical fallback (no predictors)"),
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launcher import run_emulation
@@ -143,7 +149,8 @@ def predict(
     if not summary.get("ok", False) and not summary.get("oom", False):
         raise typer.Exit(1)
     result = simulate_command(out, **_simulate_options(spec.key, nnodes, nproc_per_node, cluster,
-                                                      price_per_gpu_hour, tokens_per_iteration, timeline))
+                                                      price_per_gpu_hour, tokens_per_iteration, timeline,
+                                                      roofline_only))
     raise typer.Exit(0 if result.get("ok", True) else 1)
 
 

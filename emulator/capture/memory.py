@@ -1,0 +1,99 @@
+"""Device memory of one emulated rank: every storage on the fake GPU goes through the caching allocator.
+
+Why storages (not tensors): views share a storage, and a storage is freed when its last view
+dies. A storage's Python object lives as long as its StorageImpl, so a `weakref.finalize` on it
+fires exactly at the free. FSDP2 frees and re-grows parameter storages with
+`untyped_storage().resize_()`, which is not an aten op, so `UntypedStorage.resize_` is wrapped.
+
+When the allocator cannot fit a request, the script gets `torch.cuda.OutOfMemoryError` with the
+real allocator's message, exactly where a GPU would have raised it; the rank is marked OOM.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from emulator.memory.allocator import CachingAllocator, OutOfMemory
+
+# What the CUDA context, cuBLAS/NCCL workspaces take before the first tensor (not allocatable).
+CUDA_CONTEXT_BYTES = 512 * 2**20
+
+
+class DeviceMemory:
+    """Tracks live device storages of this rank through a `CachingAllocator` of the target's capacity."""
+
+    def __init__(self, total_bytes: int, enforce: bool = True, reserve_context: bool = True):
+        capacity = int(total_bytes) - (CUDA_CONTEXT_BYTES if reserve_context else 0)
+        self.allocator = CachingAllocator(max(capacity, 1 << 20))
+        self.enforce = enforce
+        self.oom = False
+        self.oom_message: str | None = None
+        self._live: dict[int, int] = {}  # storage cdata -> allocator handle
+        self._orig_resize = None
+
+    def _malloc(self, nbytes: int, stream: int) -> int:
+        try:
+            return self.allocator.malloc(nbytes, stream)
+        except OutOfMemory as e:
+            self.oom = True
+            self.oom_message = str(e)
+            if self.enforce:
+                raise torch.cuda.OutOfMemoryError(str(e)) from None
+            return 0
+
+    def _free(self, key: int) -> None:
+        handle = self._live.pop(key, None)
+        if handle:
+            self.allocator.free(handle)
+
+    def see(self, t: torch.Tensor, stream: int) -> None:
+        """Account for `t`'s storage if it is on the device and new."""
+        if t.device.type != "cuda":
+            return
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in self._live:
+            return
+        nbytes = st.nbytes()
+        handle = self._malloc(nbytes, stream)  # raises OutOfMemoryError before anything is tracked
+        self._live[key] = handle
+        weakref.finalize(st, self._free, key)
+
+    def resized(self, storage, new_nbytes: int, stream: int) -> None:
+        """`UntypedStorage.resize_` on a device storage: free the old block, allocate the new size."""
+        key = storage._cdata
+        old = self._live.pop(key, None)
+        if old:
+            self.allocator.free(old)
+        if new_nbytes > 0:
+            handle = self._malloc(new_nbytes, stream)
+            first_time = old is None
+            self._live[key] = handle
+            if first_time:
+                weakref.finalize(storage, self._free, key)
+
+    def install_resize_hook(self, current_stream) -> None:
+        orig = torch.UntypedStorage.resize_
+        self._orig_resize = orig
+        mem = self
+
+        def resize_(storage, size):
+            out = orig(storage, size)
+            if storage.device.type == "cuda":
+                mem.resized(storage, int(size), current_stream())
+            return out
+
+        torch.UntypedStorage.resize_ = resize_
+
+    @property
+    def allocated(self) -> int:
+        return self.allocator.allocated
+
+    @property
+    def reserved(self) -> int:
+        return self.allocator.reserved
+
+    def stats(self) -> dict:
+        return self.allocator.stats()

@@ -1,0 +1,86 @@
+"""Which nn.Module an op belongs to, in forward and in backward.
+
+Forward: global module pre/post hooks keep a per-thread stack of module paths.
+Backward: every autograd node created in forward gets a sequence number; the recorder notes,
+for each forward op, the number of the node being created (`_get_sequence_nr() - 1`) and the
+module at that moment; in backward, `torch._C._current_autograd_node()` gives the node being
+executed and so the module whose forward created it.
+
+Why not torch.utils.module_tracker.ModuleTracker: its backward tracking puts multi-grad hooks
+on module inputs, which breaks `torch.autograd.grad` with leaf inputs (pipelining's backward
+shape inference fails with "A leaf node was passed to _will_engine_execute_node").
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+
+class ModuleStack:
+    def __init__(self):
+        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._local = threading.local()
+        self.by_node: dict[int, str] = {}  # autograd node sequence number -> module path
+        self._handles = []
+
+    def _stack(self) -> list[str]:
+        st = getattr(self._local, "stack", None)
+        if st is None:
+            st = self._local.stack = []
+        return st
+
+    def name_of(self, mod: torch.nn.Module) -> str:
+        name = self._names.get(mod)
+        if name is None:
+            name = self._names[mod] = type(mod).__name__
+        if not getattr(mod, "_maya_named", False):
+            for child_name, child in mod.named_children():
+                if child not in self._names:
+                    self._names[child] = f"{name}.{child_name}"
+            try:
+                mod._maya_named = True
+            except AttributeError:
+                pass
+        return name
+
+    def _pre(self, mod, args):
+        self._stack().append(self.name_of(mod))
+
+    def _post(self, mod, args, out):
+        st = self._stack()
+        if st:
+            st.pop()
+
+    def __enter__(self):
+        self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
+
+    def current(self, backward: bool) -> str:
+        st = self._stack()
+        if st:
+            module = st[-1]
+            if not backward:
+                self.by_node[torch._C._autograd._get_sequence_nr() - 1] = module
+            return module
+        if backward:
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                try:
+                    return self.by_node.get(node._sequence_nr(), "")
+                except (AttributeError, RuntimeError):
+                    return ""
+        return ""
+
+    def forget_nodes(self) -> None:
+        """Drop the node map (called at each optimizer step: that iteration's backward is done)."""
+        self.by_node.clear()

@@ -1,0 +1,385 @@
+"""The recording dispatch mode: one trace row per device-side event of this rank.
+
+Why a user TorchDispatchMode: it sits in front of everything (forward, the autograd engine's
+backward threads, the optimizer, collectives) and sees each aten/c10d op exactly once, with the
+same arguments a GPU kernel would get. It also implements the *selective fake* policy: an op
+runs under the fake mode only when it touches the device; CPU work (rank maths, DeviceMesh's
+`arange`, step counters, the data pipeline) runs for real and keeps its values. Wrapper
+subclasses (DTensor, AsyncCollectiveTensor) are sent back with NotImplemented so they unwrap,
+and the mode then records their local ops with local shard shapes.
+
+Host gaps: the host time between the end of the previous device event and the start of this
+one. The emulator's own work for an event (fake kernels, bookkeeping) happens between a start
+and an end, so it is excluded by construction.
+
+Modes (`Recorder.policy`):
+    "emulate"  fake CUDA device, ops on it run as fake tensors (the target GPU);
+    "cpu"      no fake device; every CPU op runs for real and is recorded (the `cpu` target);
+    "profile"  like "cpu" (or a real CUDA device) and every kernel row gets a measured duration_s.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+    UnsupportedOperatorException,
+)
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from emulator.capture import signature
+from emulator.capture.modules import ModuleStack
+from emulator.capture.trace_rows import TraceRows
+from emulator.device.fake_mode import is_wrapper_subclass
+from emulator.distributed.collectives import CollectiveCounter
+from emulator.ops import canonical_op, dtype_bytes, flops_and_bytes, is_view_op
+
+_NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
+                 NotImplementedError)
+_COPY_OPS = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize")
+
+
+class StopEmulation(BaseException):
+    """Raised at the K-th optimizer step return under `--iterations K` (BaseException: scripts'
+    `except Exception` must not swallow it)."""
+
+
+class Recorder(TorchDispatchMode):
+    """Records device events of one rank; see the module docstring for the policies."""
+
+    def __init__(self, rank: int, policy: str = "emulate", fake_mode=None, memory=None, stream_id=lambda: 0,
+                 max_iterations: int | None = None, device_type: str = "cuda"):
+        super().__init__()
+        self.rank = rank
+        self.policy = policy
+        self.fake_mode = fake_mode
+        self.memory = memory
+        self.stream_id = stream_id
+        self.device_type = device_type
+        self.max_iterations = max_iterations
+        self.rows = TraceRows(rank)
+        self.iteration = -1
+        self.steps = 0
+        self.in_optimizer = 0
+        self.unsupported: Counter[str] = Counter()
+        self.placeholders: Counter[str] = Counter()
+        self.collectives = CollectiveCounter()
+        self.pending_waits: list[tuple[tuple[str, int], int]] = []  # ((group, seq), row) of c10d collectives
+        # not waited yet
+        self.tensor_coll: dict[int, tuple[str, int]] = {}  # id(functional collective output) -> (group, seq)
+        self.tracker = ModuleStack()
+        self._placeholder_now = False
+        self._t_last = time.perf_counter()
+        self._overhead = 0.0  # emulator time since the last recorded event (excluded from host gaps)
+        self._lock = threading.RLock()
+        self._measure = policy == "profile"
+        self._cuda_timing = self._measure and device_type == "cuda"
+
+    # ------------------------------------------------------------------ context
+    def __enter__(self):
+        self.tracker.__enter__()
+        if self.policy == "emulate":
+            torch._C._set_only_lift_cpu_tensors(True)
+        self._hooks = [register_optimizer_step_pre_hook(self._step_pre),
+                       register_optimizer_step_post_hook(self._step_post)]
+        self._t_last = time.perf_counter()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        for h in self._hooks:
+            h.remove()
+        if self.policy == "emulate":
+            torch._C._set_only_lift_cpu_tensors(False)
+        self.tracker.__exit__(*exc)
+        return out
+
+    # ------------------------------------------------------------------ iterations
+    def _step_pre(self, optimizer, args, kwargs) -> None:
+        self.in_optimizer += 1
+
+    def _step_post(self, optimizer, args, kwargs) -> None:
+        self.in_optimizer = max(self.in_optimizer - 1, 0)
+        if self.in_optimizer == 0:
+            self.next_iteration()
+
+    def next_iteration(self) -> None:
+        """An iteration ended (optimizer step returned, or `emulator.mark_iteration()`)."""
+        self.steps += 1
+        self.iteration += 1
+        self.tracker.forget_nodes()
+        if self.max_iterations is not None and self.steps >= self.max_iterations:
+            raise StopEmulation(f"stopped after {self.steps} iterations (--iterations)")
+
+    # ------------------------------------------------------------------ attribution
+    def _module_phase(self) -> tuple[str, str]:
+        backward = torch._C._current_graph_task_id() != -1
+        module = self.tracker.current(backward)
+        if backward:
+            return module, "backward"
+        if self.in_optimizer:
+            return module, "optimizer"
+        return module, ("forward" if module else "other")
+
+    def note_placeholder(self, kind: str) -> None:
+        self.placeholders[kind] += 1
+        self._placeholder_now = True
+
+    # ------------------------------------------------------------------ non-op events (streams, events, markers)
+    def sync_event(self, kind: str, op: str, stream: int, event_id: int | None = None,
+                   args: dict | None = None, **coll) -> None:
+        t0 = time.perf_counter()
+        with self._lock:
+            module, phase = self._module_phase()
+            self.rows.add(kind=kind, op=op, stream=stream, iteration=self.iteration, module=module,
+                          phase=phase, args=json.dumps(args or {}), event_id=event_id,
+                          host_gap_s=self._gap(t0), mem=self._mem(), **coll)
+            self._t_last = time.perf_counter()
+
+    def memory_stats(self) -> dict:
+        return self.memory.stats() if self.memory is not None else {}
+
+    def reset_peak(self) -> None:
+        if self.memory is not None:
+            self.memory.allocator.reset_peak()
+
+    def empty_cache(self) -> None:
+        if self.memory is not None:
+            self.memory.allocator.empty_cache()
+
+    def _mem(self) -> tuple[int | None, int | None]:
+        if self.memory is None:
+            return None, None
+        return self.memory.allocated, self.memory.reserved
+
+    def wait_collective(self, op: str = "c10d::wait", internal: bool = False) -> None:
+        """`Work.wait()` on a c10d collective: the issuing stream waits for it (an event_wait row).
+
+        torch's blocking collectives call `work.wait()` themselves right after issuing (`internal`):
+        that wait belongs to the newest collective. A wait from the program belongs to the oldest
+        collective not waited yet, which was issued with async_op=True (its row is marked so)."""
+        with self._lock:
+            if not self.pending_waits:
+                return
+            key, row = self.pending_waits.pop(-1 if internal else 0)
+            if not internal:
+                a = json.loads(self.rows.cols["args"][row])
+                a["async_op"] = True
+                self.rows.cols["args"][row] = json.dumps(a)
+            self.sync_event("event_wait", op, self.stream_id(), group=key[0], coll_seq=key[1])
+
+    # ------------------------------------------------------------------ ops
+    def _touches_device(self, flat: list, kwargs: dict) -> bool:
+        for x in flat:
+            if isinstance(x, FakeTensor):
+                return True
+        dev = kwargs.get("device")
+        if dev is not None:
+            return torch.device(dev).type == "cuda"
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        t_enter = time.perf_counter()
+        kwargs = kwargs or {}
+        flat = _flatten(args) + list(kwargs.values())
+        for x in flat:
+            if is_wrapper_subclass(x):
+                return NotImplemented
+        if self.policy == "emulate":
+            on_device = self._touches_device(flat, kwargs)
+        else:
+            on_device = True
+        if not on_device:
+            return func(*args, **kwargs)
+        op = canonical_op(func.name())
+        if op == "aten::_local_scalar_dense":
+            if args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cuda":
+                return func(*args, **kwargs)  # reading a host value: no device event
+            return self._scalar_read(func, args, kwargs, t_enter)
+        if op == "_c10d_functional::_wrap_tensor_autograd":
+            # Its real kernel wraps the collective's output in an AsyncCollectiveTensor whose first
+            # use waits (wait_tensor); the fake kernel would drop the wrapper and with it the wait.
+            from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+            return AsyncCollectiveTensor(args[0])
+        if is_view_op(op) or op == "prim::device":
+            out = self._run(func, args, kwargs, op, record=False)
+            self._overhead += time.perf_counter() - t_enter  # emulator time, not the program's host time
+            return out
+        with self._lock:
+            return self._record_op(func, args, kwargs, op, t_enter)
+
+    def _run(self, func, args, kwargs, op, record=True):
+        if self.policy == "emulate":
+            with self.fake_mode:
+                try:
+                    out = func(*args, **kwargs)
+                except _NOT_FAKEABLE as e:
+                    out = self._best_guess(func, args, kwargs, op, e)
+                except RuntimeError as e:
+                    if not _missing_kernel(e):
+                        raise
+                    out = self._best_guess(func, args, kwargs, op, e)
+        else:
+            out = func(*args, **kwargs)
+        if not record and self.memory is not None:
+            self._see_outputs(out)
+        return out
+
+    def _see_outputs(self, out) -> None:
+        stream = self.stream_id()
+        for t in signature.outputs(out)[2]:
+            if t.device.type == "cuda" and not is_wrapper_subclass(t):
+                self.memory.see(t, stream)
+
+    def _best_guess(self, func, args, kwargs, op, err):
+        """No fake kernel: list the op as unsupported and return an empty output of a plausible shape."""
+        self.unsupported[op] += 1
+        self._unsupported_now = True
+        tensors = [x for x in _flatten(args) if isinstance(x, torch.Tensor)]
+        returns = func._schema.returns
+        if func._schema.is_mutable and tensors:
+            return tensors[0]
+        if len(returns) == 1 and str(returns[0].type) == "Tensor" and tensors:
+            return torch.empty_like(tensors[0])
+        if returns and all(str(r.type) == "Tensor" for r in returns) and tensors:
+            return tuple(torch.empty_like(tensors[0]) for _ in returns)
+        raise RuntimeError(f"maya: {op} has no fake/meta implementation and its output shape cannot be "
+                           f"guessed; the emulator cannot continue past it ({err})") from err
+
+    def _gap(self, t_enter: float) -> float:
+        gap = max(t_enter - self._t_last - self._overhead, 0.0)
+        self._overhead = 0.0
+        return gap
+
+    def _record_op(self, func, args, kwargs, op, t_enter):
+        gap = self._gap(t_enter)
+        self._placeholder_now = False
+        self._unsupported_now = False
+        bound, shapes, dtypes, strides, jargs = signature.describe_call(func, args, kwargs)
+        stream = self.stream_id()
+        kind, coll = "kernel", {}
+        if op.startswith(("c10d::", "_c10d_functional::", "c10d_functional::")):
+            kind, coll = self._collective(op, bound, jargs)
+        elif op in _COPY_OPS:
+            kind, op = self._maybe_memcpy(op, bound, kwargs)
+        duration = None
+        oom: BaseException | None = None
+        if self._measure:
+            if self._cuda_timing:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = self._run(func, args, kwargs, op)
+            if self._cuda_timing:
+                torch.cuda.synchronize()
+            duration = time.perf_counter() - t0
+        else:
+            out = self._run(func, args, kwargs, op)
+        out_shapes, out_dtypes, out_tensors = signature.outputs(out)
+        if self.memory is not None:
+            try:
+                self._see_outputs(out)
+            except torch.cuda.OutOfMemoryError as e:
+                oom = e
+        if kind == "collective" and coll.get("_functional"):
+            for t in out_tensors:
+                self.tensor_coll[_storage_key(t)] = (coll["group"], coll["coll_seq"])
+        coll.pop("_functional", None)
+        if op == "_c10d_functional::wait_tensor":
+            key = self.tensor_coll.pop(_storage_key(args[0]), None) if args else None
+            if key is not None:
+                coll.update(group=key[0], coll_seq=key[1])
+        elif kind == "collective" and op.startswith("c10d::"):
+            self.pending_waits.append(((coll["group"], coll["coll_seq"]), len(self.rows)))
+        if self._unsupported_now:
+            jargs["unsupported"] = True
+        flops, nbytes = (0.0, 0.0) if kind in ("event_wait",) else \
+            flops_and_bytes(op, shapes, dtypes, out_shapes, out_dtypes, jargs)
+        module, phase = self._module_phase()
+        self.rows.add(kind=kind, op=op, stream=stream, iteration=self.iteration, module=module, phase=phase,
+                      shapes=shapes, dtypes=dtypes, strides=strides, args=json.dumps(jargs, default=str),
+                      out_shapes=out_shapes, out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap,
+                      mem=self._mem(), duration_s=duration, placeholder=self._placeholder_now, **coll)
+        self._t_last = time.perf_counter()
+        if oom is not None:
+            raise oom
+        return out
+
+    def _collective(self, op, bound, jargs):
+        if op.endswith("wait_tensor"):
+            return "event_wait", {}
+        info = self.collectives.describe(op, bound)
+        jargs["async_op"] = info.async_op
+        jargs.pop("group_name", None)  # in the `group` column; args stay equal across ranks
+        return info.kind, dict(group=info.group, group_ranks=info.group_ranks, coll_seq=info.coll_seq,
+                               coll_bytes=info.coll_bytes, peer=info.peer,
+                               _functional=op.startswith(("_c10d_functional::", "c10d_functional::")))
+
+    def _maybe_memcpy(self, op, bound, kwargs):
+        """Copies between host and device are memcpy rows (`memcpy::h2d` / `memcpy::d2h`)."""
+        if self.policy != "emulate":
+            return "kernel", op
+        if op == "aten::_to_copy":
+            src = bound.get("self")
+            dev = kwargs.get("device")
+            dst_type = torch.device(dev).type if dev is not None else (src.device.type if src is not None else "cuda")
+            src_type = src.device.type if isinstance(src, torch.Tensor) else "cuda"
+        else:
+            dst, src = bound.get("self"), bound.get("src")
+            dst_type = dst.device.type if isinstance(dst, torch.Tensor) else "cuda"
+            src_type = src.device.type if isinstance(src, torch.Tensor) else "cuda"
+        if src_type == "cpu" and dst_type == "cuda":
+            return "memcpy", "memcpy::h2d"
+        if src_type == "cuda" and dst_type == "cpu":
+            return "memcpy", "memcpy::d2h"
+        return "kernel", op
+
+    def _scalar_read(self, func, args, kwargs, t_enter):
+        """`.item()` / `bool(t)` on a device tensor: a D2H copy whose value is a placeholder."""
+        with self._lock:
+            gap = self._gap(t_enter)
+            self._placeholder_now = False
+            value = self._run(func, args, kwargs, "aten::_local_scalar_dense", record=False)
+            t = args[0]
+            module, phase = self._module_phase()
+            size = dtype_bytes(str(t.dtype))
+            self.rows.add(kind="memcpy", op="memcpy::d2h", stream=self.stream_id(), iteration=self.iteration,
+                          module=module, phase=phase, shapes=[list(t.shape)], dtypes=[str(t.dtype)[6:]],
+                          strides=[list(t.stride())], args=json.dumps({"item": True}), flops=0.0,
+                          bytes=float(size), host_gap_s=gap, mem=self._mem(),
+                          placeholder=self._placeholder_now or self.policy == "emulate")
+            self._t_last = time.perf_counter()
+            return value
+
+
+def _flatten(args) -> list:
+    out = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            out.extend(_flatten(a))
+        else:
+            out.append(a)
+    return out
+
+
+def _storage_key(t) -> int:
+    """Identity of a tensor's memory (wrappers around the same buffer share it)."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
+def _missing_kernel(e: BaseException) -> bool:
+    """True for "this op has no fake/meta kernel" errors (as opposed to the program's own errors)."""
+    msg = str(e)
+    return any(s in msg for s in ("no fake impl", "fake kernel", "meta kernel", "Could not run", "does not have a meta",
+                                  "NotImplementedError", "not implemented for 'Meta'", "has no meta"))

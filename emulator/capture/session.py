@@ -1,0 +1,159 @@
+"""One rank's capture session: install the fake device and process group, run the program, write results.
+
+Kept apart from `emulator.worker` (argument parsing, booting before `import torch`) because
+everything here imports torch. `Session.run()` never loses what was recorded: the trace and the
+per-rank summary are written in a `finally`, whatever the program did.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from emulator.capture import state
+from emulator.capture.recorder import Recorder, StopEmulation
+from emulator.hardware import GPUSpec
+from emulator.trace.io import write_json, write_rank_trace
+
+EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
+
+
+class Session:
+    def __init__(self, ns, spec: GPUSpec, policy: str):
+        self.ns = ns
+        self.spec = spec
+        self.policy = policy  # emulate | cpu | profile
+        self.error: str | None = None
+        self.ok = False
+        self.stopped = False
+        self.died_of_oom = False
+        self.recorder = self._build()
+
+    def _build(self) -> Recorder:
+        ns = self.ns
+        memory = None
+        stream_id = lambda: 0  # noqa: E731
+        device_type = "cpu"
+        if self.policy == "emulate":
+            from emulator.capture.memory import DeviceMemory
+            from emulator.device import cuda_shim
+            from emulator.device.fake_mode import make_fake_mode
+
+            memory = DeviceMemory(self.spec.memory_bytes)
+            device_type = "cuda"
+            stream_id = cuda_shim.current_stream_id
+        elif self.policy == "profile" and torch.cuda.is_available():
+            device_type = "cuda"
+            stream_id = lambda: int(torch.cuda.current_stream().stream_id)  # noqa: E731
+        rec = Recorder(ns.rank, policy=self.policy, memory=memory, stream_id=stream_id,
+                       max_iterations=ns.iterations, device_type=device_type)
+        if self.policy == "emulate":
+            rec.fake_mode = make_fake_mode(rec.note_placeholder)
+            cuda_shim.install(self.spec, ns.local_world_size, rec)
+            cuda_shim.set_device(0)
+            memory.install_resize_hook(stream_id)
+        from emulator.distributed import fake_pg
+
+        fake_pg.install(ns.rank, ns.world_size, recorder=rec, real=self.policy == "profile")
+        if self.policy != "profile":
+            from emulator.distributed import objects
+
+            objects.install(ns.out, ns.rank)
+        state.set_recorder(rec)
+        return rec
+
+    def _run_program(self) -> None:
+        ns = self.ns
+        if ns.script:
+            script = str(Path(ns.script).resolve())
+            sys.argv = [script, *ns.program_args]
+            sys.path.insert(0, str(Path(script).parent))
+            runpy.run_path(script, run_name="__main__")
+        else:
+            sys.argv = [ns.module, *ns.program_args]
+            sys.path.insert(0, str(Path.cwd()))
+            runpy.run_module(ns.module, run_name="__main__", alter_sys=True)
+
+    def run(self) -> int:
+        t0 = time.perf_counter()
+        rec = self.recorder
+        try:
+            with rec:
+                try:
+                    self._run_program()
+                except SystemExit as e:
+                    code = e.code
+                    if code not in (None, 0):
+                        self.error = f"the program exited with status {code!r}"
+                        raise _ProgramFailed() from None
+            self.ok = True
+        except StopEmulation:
+            self.ok = self.stopped = True
+        except _ProgramFailed:
+            pass
+        except BaseException as e:  # noqa: BLE001 - the program's own failure, reported verbatim
+            self.error = _program_traceback()
+            self.died_of_oom = isinstance(e, torch.cuda.OutOfMemoryError)
+        finally:
+            from emulator.distributed import fake_pg
+
+            fake_pg.shutdown()
+            wall = time.perf_counter() - t0
+            self._write(wall)
+        if self.ok:
+            return EXIT_OK
+        return EXIT_OOM if self.died_of_oom else EXIT_FAILED
+
+    def _oom(self) -> bool:
+        mem = self.recorder.memory
+        return bool(mem is not None and mem.oom)
+
+    def _peaks(self) -> tuple[int, int]:
+        mem = self.recorder.memory
+        if mem is not None:
+            return int(mem.allocator.peak_allocated), int(mem.allocator.peak_reserved)
+        import resource
+
+        peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # host memory (cpu target)
+        return peak, peak
+
+    def _write(self, wall: float) -> None:
+        from emulator.distributed import fake_pg
+
+        rec, ns = self.recorder, self.ns
+        write_rank_trace(ns.out, ns.rank, rec.rows.to_table())
+        peak_alloc, peak_res = self._peaks()
+        mem = rec.memory
+        summary = {
+            "rank": ns.rank, "ok": self.ok, "error": self.error, "oom": self._oom(),
+            "oom_message": mem.oom_message if mem is not None else None,
+            "peak_allocated": peak_alloc, "peak_reserved": peak_res,
+            "iterations": rec.steps, "stopped_by_iterations": self.stopped,
+            "unsupported_ops": dict(rec.unsupported), "placeholders": dict(rec.placeholders),
+            "wall_s": wall, "op_hash": rec.rows.op_hash(), "groups": fake_pg.groups(),
+            "n_events": len(rec.rows), "torch_version": torch.__version__, "gpu": self.spec.key,
+            "world_size": ns.world_size, "local_world_size": ns.local_world_size, "mode": self.policy,
+            "event_kinds": dict(Counter(rec.rows.cols["kind"])),
+        }
+        write_json(ns.out / "ranks" / f"rank={ns.rank}.json", summary)
+
+
+class _ProgramFailed(Exception):
+    pass
+
+
+def _program_traceback() -> str:
+    """The program's traceback without the emulator's own frames above it."""
+    etype, value, tb = sys.exc_info()
+    frames = traceback.extract_tb(tb)
+    keep = [i for i, f in enumerate(frames) if "runpy" in f.filename]
+    start = (keep[-1] + 1) if keep else 0
+    while tb is not None and start > 0:
+        tb, start = tb.tb_next, start - 1
+    return "".join(traceback.format_exception(etype, value, tb))

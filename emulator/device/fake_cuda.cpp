@@ -1,0 +1,158 @@
+// maya's fake CUDA device for CPU-only builds of PyTorch.
+//
+// Why this exists: a CPU build of torch has no CUDA DeviceGuardImpl and no CUDAHooks, so
+// `x.to("cuda")`, autograd on a fake CUDA tensor (which aborts the process in C++) and
+// `torch.accelerator` all fail, and the SDPA backend choice for CUDA silently falls back to
+// the math path. This library registers, at load time (static initialisers):
+//   1. a DeviceGuardImpl for CUDA that only tracks the current device and per-device stream ids;
+//   2. CUDAHooks that say "built and available" with the target's device count;
+//   3. a CUDA `_fused_sdp_choice` kernel that picks flash / mem-efficient / math like the
+//      target's compute capability would (and honours `torch.backends.cuda.sdp_kernel` toggles).
+// It must be loaded before `import torch` (getCUDAHooks() caches the first answer); see
+// emulator/device/boot.py. The target is set through the C functions at the bottom.
+
+#include <ATen/Context.h>
+#include <ATen/SDPBackend.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <array>
+#include <atomic>
+
+namespace maya_fake_cuda {
+
+constexpr c10::DeviceIndex kMaxDevices = 64;
+
+std::atomic<int> g_device_count{8};
+std::atomic<int> g_cap_major{9};
+std::atomic<int> g_cap_minor{0};
+
+thread_local c10::DeviceIndex t_current_device = 0;
+thread_local std::array<c10::StreamId, kMaxDevices> t_streams{};
+
+// A guard that remembers the current device and stream per thread; nothing touches hardware.
+struct FakeCUDAGuard final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::CUDA; }
+
+  static void check(c10::Device d) {
+    TORCH_CHECK(d.type() == c10::DeviceType::CUDA, "maya fake CUDA guard got device ", d);
+    TORCH_CHECK(d.index() < kMaxDevices, "maya: device index ", static_cast<int>(d.index()),
+                " out of range (at most ", static_cast<int>(kMaxDevices), " emulated devices)");
+  }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    check(d);
+    c10::Device old = getDevice();
+    if (d.index() >= 0) t_current_device = d.index();
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(c10::DeviceType::CUDA, t_current_device); }
+  void setDevice(c10::Device d) const override {
+    check(d);
+    if (d.index() >= 0) t_current_device = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0 && d.index() < kMaxDevices) t_current_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    auto i = d.index() < 0 ? t_current_device : d.index();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::CUDA, i), t_streams[i]);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    auto i = s.device_index() < 0 ? t_current_device : s.device_index();
+    auto old = t_streams[i];
+    t_streams[i] = s.id();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::CUDA, i), old);
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return static_cast<c10::DeviceIndex>(g_device_count.load());
+  }
+  void record(void** /*event*/, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+              const c10::EventFlag /*flag*/) const override {}
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  bool queryEvent(void* /*event*/) const override { return true; }
+  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/) const noexcept override {}
+  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
+};
+
+struct FakeCUDAHooks final : public at::CUDAHooksInterface {
+  explicit FakeCUDAHooks(at::CUDAHooksArgs) {}
+  void init() const override {}
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasCUDA() const override { return true; }
+  bool hasCUDART() const override { return true; }
+  bool hasCuBLASLt() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(g_device_count.load()); }
+  int getNumGPUs() const override { return g_device_count.load(); }
+  c10::DeviceIndex current_device() const override { return t_current_device; }
+  void setCurrentDevice(c10::DeviceIndex device) const override { t_current_device = device; }
+  c10::DeviceIndex getCurrentDevice() const override { return t_current_device; }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    auto old = t_current_device;
+    if (device >= 0) t_current_device = device;
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
+  bool isPinnedPtr(const void* /*data*/) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  void deviceSynchronize(c10::DeviceIndex /*device_index*/) const override {}
+  long versionCUDART() const override { return 12080; }
+  std::string showConfig() const override { return "maya fake CUDA device (emulation, no GPU)\n"; }
+};
+
+// The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
+// memory-efficient, then math), following torch's sdp_utils constraints in simplified form.
+int64_t fake_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                        std::optional<double> scale, bool enable_gqa) {
+  (void)dropout_p; (void)scale; (void)is_causal;
+  auto& ctx = at::globalContext();
+  const int major = g_cap_major.load();
+  const auto dt = q.scalar_type();
+  const bool half = dt == at::kHalf || dt == at::kBFloat16;
+  const bool four_d = q.dim() == 4 && k.dim() == 4 && v.dim() == 4;
+  const int64_t hd = q.size(-1);
+  const bool same_hd = k.size(-1) == hd && v.size(-1) == hd;
+  const bool gqa = four_d && q.size(1) != k.size(1);
+  bool flash = ctx.userEnabledFlashSDP() && major >= 8 && half && four_d && !attn_mask.has_value() &&
+               hd % 8 == 0 && hd <= 256 && same_hd && (!gqa || enable_gqa);
+  if (dt == at::kBFloat16 && major < 8) flash = false;
+  if (flash) return static_cast<int64_t>(at::SDPBackend::flash_attention);
+  const bool eff_dtype = half || dt == at::kFloat;
+  const int64_t align = half ? 8 : 4;
+  bool eff = ctx.userEnabledMemEfficientSDP() && major >= 5 && eff_dtype && four_d && hd % align == 0 &&
+             v.size(-1) % align == 0 && !gqa;
+  if (dt == at::kBFloat16 && major < 8) eff = false;
+  if (eff) return static_cast<int64_t>(at::SDPBackend::efficient_attention);
+  if (ctx.userEnabledMathSDP()) return static_cast<int64_t>(at::SDPBackend::math);
+  TORCH_CHECK(false, "No available kernel for scaled_dot_product_attention on the emulated GPU (sm",
+              major, g_cap_minor.load(), ") with the enabled backends");
+}
+
+C10_REGISTER_GUARD_IMPL(CUDA, FakeCUDAGuard);
+
+}  // namespace maya_fake_cuda
+
+namespace at {
+C10_REGISTER_TYPED_CLASS(CUDAHooksRegistry, "CUDAHooks", maya_fake_cuda::FakeCUDAHooks)
+namespace native {
+REGISTER_CUDA_DISPATCH(_fused_sdp_choice_stub, &maya_fake_cuda::fake_sdp_choice)
+}  // namespace native
+}  // namespace at
+
+extern "C" {
+// Called by emulator/device/boot.py (ctypes) right after loading, before any CUDA use.
+void maya_set_target(int device_count, int cap_major, int cap_minor) {
+  maya_fake_cuda::g_device_count = device_count < 1 ? 1 : (device_count > 64 ? 64 : device_count);
+  maya_fake_cuda::g_cap_major = cap_major;
+  maya_fake_cuda::g_cap_minor = cap_minor;
+}
+int maya_fake_cuda_loaded() { return 1; }
+}

@@ -1,0 +1,203 @@
+"""The recording process group: any `init_process_group` becomes torch's fake backend.
+
+Why: an emulated rank runs alone. torch ships a "fake" backend (FakeProcessGroup + FakeStore)
+whose collectives complete immediately without talking to anyone, and every ProcessGroup call
+still goes through the dispatcher, where the recorder sees it. So `init_process_group("nccl")`
+(or gloo, or none) is redirected to `fake` with this worker's rank and world size, and
+`is_nccl_available()` says True so scripts take their GPU path.
+
+DDP needs three patches on top (each is a place where DDP reads real data or CUDA timers):
+  1. `_verify_param_shape_across_processes` reads parameter data -> skipped;
+  2. the C++ reducer's built-in allreduce hook expects a value in the Work's future, which the
+     fake backend leaves empty -> a Python hook that all-reduces the bucket (still recorded as
+     `c10d::allreduce_`) and returns a completed future;
+  3. `logger.set_runtime_stats_and_log` asserts on the missing CUDA timer -> skipped.
+
+Every group the program creates is listed (creation order, full rank lists, membership) for the
+launcher's rank deduplication, including groups this rank is not a member of.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+
+class _GroupLog:
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.groups: list[dict] = []
+        self._in_split = 0
+
+    def add(self, name, ranks: list[int]) -> None:
+        entry = {"name": str(name), "ranks": [int(r) for r in ranks], "member": self.rank in ranks}
+        if entry not in self.groups:
+            self.groups.append(entry)
+
+
+_log: _GroupLog | None = None
+
+
+def groups() -> list[dict]:
+    return list(_log.groups) if _log is not None else []
+
+
+def _install_group_log(rank: int, world_size: int) -> None:
+    global _log
+    _log = _GroupLog(rank)
+    helper = c10d._new_process_group_helper
+    split = c10d.split_group
+
+    @functools.wraps(helper)
+    def new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store, group_name,
+                                 *args, **kwargs):
+        out = helper(group_size, group_rank, global_ranks_in_group, backend, store, group_name, *args, **kwargs)
+        if not _log._in_split:
+            ranks = list(global_ranks_in_group) or list(range(world_size))
+            _log.add(group_name, ranks)
+        return out
+
+    @functools.wraps(split)
+    def split_group(parent_pg=None, split_ranks=None, *args, **kwargs):
+        parent = parent_pg or c10d._get_default_group()
+        to_global = c10d.get_process_group_ranks(parent)
+        _log._in_split += 1
+        try:
+            out = split(parent_pg, split_ranks, *args, **kwargs)
+        finally:
+            _log._in_split -= 1
+        for part in split_ranks or []:
+            _log.add(c10d._process_group_name(list(part), use_hashed_name=True), [to_global[r] for r in part])
+        return out
+
+    c10d._new_process_group_helper = new_process_group_helper
+    c10d.split_group = split_group
+    dist.split_group = split_group
+    import torch.distributed.device_mesh as dm
+    if hasattr(dm, "split_group"):
+        dm.split_group = split_group
+
+
+def install(rank: int, world_size: int, recorder=None, real: bool = False) -> None:
+    """Redirect process-group creation (fake backend unless `real`), patch DDP, log groups, record waits."""
+    _install_group_log(rank, world_size)
+    dist.is_nccl_available = lambda: True
+    c10d.is_nccl_available = lambda: True
+    original = c10d.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size_=None, rank_=None,
+                           store=None, *args, **kwargs):
+        kwargs.pop("world_size", None)
+        kwargs.pop("rank", None)
+        kwargs.pop("device_id", None)
+        if real:
+            be = "gloo" if not torch.cuda.is_available() else (backend or "nccl")
+            return original(backend=be, timeout=timeout, rank=rank, world_size=world_size, **kwargs)
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        return original(backend="fake", store=FakeStore(), rank=rank, world_size=world_size,
+                         **({"timeout": timeout} if timeout is not None else {}))
+
+    c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+    if not real:
+        _patch_ddp()
+    if recorder is not None:
+        _patch_work_wait(recorder)
+
+
+def _patch_work_wait(recorder) -> None:
+    """`Work.wait()`: record the completion wait. The Work object the script holds is not the one
+    the dispatcher returned, so waits are matched by order (see Recorder.wait_collective)."""
+    from torch._C import _distributed_c10d as cd
+
+    for cls in {dist.Work, getattr(cd, "FakeWork", dist.Work)}:
+        original = cls.wait
+        if getattr(original, "_maya", False):
+            continue
+
+        def wait(self, *args, _orig=original, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            recorder.wait_collective("c10d::wait", internal=caller.endswith("distributed_c10d.py"))
+            return _orig(self, *args, **kwargs)
+
+        wait._maya = True
+        try:
+            cls.wait = wait
+        except (TypeError, AttributeError):
+            pass
+
+
+class _QuietLogger:
+    """DDP's logger minus the CUDA-timer statistics a CPU build cannot give (DDP patch 3)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def set_runtime_stats_and_log(self, *args, **kwargs):
+        return None
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _allreduce_hook(process_group, bucket):
+    """DDP patch 2: what the reducer's built-in hook does (average then all-reduce), as Python."""
+    pg = process_group or c10d._get_default_group()
+    buf = bucket.buffer()
+    buf.div_(pg.size())
+    dist.all_reduce(buf, group=pg)
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+def _patch_ddp() -> None:
+    import torch.distributed.utils as dutils
+    import torch.nn.parallel.distributed as ddp_mod
+
+    noop = lambda *a, **k: None  # noqa: E731
+    dutils._verify_param_shape_across_processes = noop
+    ddp_mod._verify_param_shape_across_processes = noop
+    DDP = ddp_mod.DistributedDataParallel
+    if getattr(DDP.__init__, "_maya", False):
+        return
+    init, register = DDP.__init__, DDP.register_comm_hook
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if getattr(self, "logger", None) is not None:
+            self.logger = _QuietLogger(self.logger)
+        self._maya_user_hook = None
+        ddp = self
+
+        def dispatch_hook(state, bucket):
+            if ddp._maya_user_hook is not None:
+                user_state, user_hook = ddp._maya_user_hook
+                return user_hook(user_state, bucket)
+            return _allreduce_hook(state, bucket)
+
+        register(self, self.process_group, dispatch_hook)
+
+    def register_comm_hook(self, state, hook):
+        # The reducer takes one hook; ours dispatches to the script's own once it registers one.
+        self._maya_user_hook = (state, hook)
+
+    __init__._maya = True
+    DDP.__init__ = __init__
+    DDP.register_comm_hook = register_comm_hook
+
+
+def shutdown() -> None:
+    """Destroy the process group quietly (end of run, or `--iterations` stop)."""
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - teardown of a fake group must never mask the real outcome
+        pass

@@ -1,0 +1,147 @@
+"""Object collectives between emulated ranks (send/recv_object_list, broadcast_object_list, all_gather_object).
+
+Why: these move *Python values* that the receiving program uses (pipelining exchanges stage
+output shapes with `send_object_list`/`recv_object_list` before the first step). The fake
+process group delivers nothing, and the receive side would read a fake tensor's data. So the
+values travel through files in a folder shared by the ranks of one emulation
+(`$MAYA_EXCHANGE_DIR`, default `OUT/.exchange/<run id>`); the c10d send/recv rows of the
+transfer are still recorded by the original functions. A receiver waits for the sender up to
+`$MAYA_EXCHANGE_TIMEOUT_S` (default 120 s) and then fails with an error that says which rank's
+value it needed, so a rank emulated alone fails clearly instead of hanging.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+
+class ObjectExchangeTimeout(RuntimeError):
+    pass
+
+
+class Exchange:
+    def __init__(self, root: Path, rank: int, timeout_s: float):
+        self.root = Path(root)
+        self.rank = rank
+        self.timeout_s = timeout_s
+        self.counters: dict[str, int] = {}
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _key(self, channel: str) -> Path:
+        n = self.counters.get(channel, 0)
+        self.counters[channel] = n + 1
+        return self.root / f"{channel}.{n}.pkl"
+
+    def put(self, channel: str, value) -> None:
+        path = self._key(channel)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp.")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(value, f)
+        os.replace(tmp, path)
+
+    def get(self, channel: str, from_rank: int):
+        path = self._key(channel)
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.005
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise ObjectExchangeTimeout(
+                    f"maya: rank {self.rank} needs a Python object from rank {from_rank} ({channel}); rank "
+                    f"{from_rank} did not send it within {self.timeout_s:.0f} s. Object collectives need the "
+                    "ranks emulated at the same time (e.g. `maya emulate --no-dedup` with enough --jobs).")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+
+def _global(group, group_rank: int | None, global_rank: int | None) -> int:
+    if global_rank is not None:
+        return int(global_rank)
+    if group_rank is None:
+        raise ValueError("a source/destination rank is required")
+    return c10d.get_global_rank(group or c10d._get_default_group(), group_rank)
+
+
+def _group_name(group) -> str:
+    pg = group or c10d._get_default_group()
+    return str(pg.group_name)
+
+
+def _sizes(object_list, group) -> list[int]:
+    """Pickled sizes as torch's object collectives compute them (what goes over the wire)."""
+    return [int(c10d._object_to_tensor(o, torch.device("cpu"), group)[1].item()) for o in object_list]
+
+
+def _device(device):
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def install(out: Path, rank: int) -> Exchange:
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "maya")
+    root = Path(os.environ.get("MAYA_EXCHANGE_DIR") or Path(out) / ".exchange" / run_id)
+    ex = Exchange(root, rank, float(os.environ.get("MAYA_EXCHANGE_TIMEOUT_S", "120")))
+    send_o, recv_o = c10d.send_object_list, c10d.recv_object_list
+    bcast_o, gather_o = c10d.broadcast_object_list, c10d.all_gather_object
+
+    @functools.wraps(send_o)
+    def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None, **kw):
+        peer = _global(group, group_dst, dst)
+        ex.put(f"p2p.{_group_name(group)}.{rank}-{peer}", (list(object_list), _sizes(object_list, group)))
+        return send_o(object_list, dst=dst, group=group, device=device, group_dst=group_dst, **kw)
+
+    @functools.wraps(recv_o)
+    def recv_object_list(object_list, src=None, group=None, device=None, group_src=None, **kw):
+        peer = _global(group, group_src, src)
+        values, sizes = ex.get(f"p2p.{_group_name(group)}.{peer}-{rank}", peer)
+        # the transfer torch would do (sizes, then the pickled bytes), so its rows have the real sizes
+        dev = _device(device)
+        dist.recv(torch.tensor(sizes, dtype=torch.long, device=dev), src=peer, group=group)
+        dist.recv(torch.empty(sum(sizes), dtype=torch.uint8, device=dev), src=peer, group=group)
+        object_list[:len(values)] = values
+        return peer
+
+    @functools.wraps(bcast_o)
+    def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None, **kw):
+        root = _global(group, group_src, src)
+        channel = f"bcast.{_group_name(group)}.{root}"
+        if rank == root:
+            ex.put(channel, list(object_list))
+        try:
+            bcast_o(object_list, src=src, group=group, device=device, group_src=group_src, **kw)
+        except Exception:  # noqa: BLE001
+            pass
+        if rank != root:
+            values = ex.get(channel, root)
+            object_list[:len(values)] = values
+
+    @functools.wraps(gather_o)
+    def all_gather_object(object_list, obj, group=None):
+        pg = group or c10d._get_default_group()
+        ranks = c10d.get_process_group_ranks(pg)
+        name = _group_name(group)
+        ex.put(f"ag.{name}.{rank}", obj)
+        try:
+            gather_o(object_list, obj, group=group)
+        except Exception:  # noqa: BLE001
+            pass
+        for i, r in enumerate(ranks):
+            object_list[i] = obj if r == rank else ex.get(f"ag.{name}.{r}", r)
+
+    for mod in (c10d, dist):
+        mod.send_object_list = send_object_list
+        mod.recv_object_list = recv_object_list
+        mod.broadcast_object_list = broadcast_object_list
+        mod.all_gather_object = all_gather_object
+    return ex

@@ -1,0 +1,396 @@
+"""A model of PyTorch's CUDA caching allocator, so emulated ranks report real-looking memory.
+
+Why a model and not a counter: what decides whether a job fits on a GPU is *reserved*
+memory (what cudaMalloc handed out), not the sum of live tensors. The caching allocator
+rounds requests, carves them out of 2 MiB / 20 MiB / exact-size segments, keeps freed
+blocks cached per stream and only returns memory to the driver when an allocation would
+otherwise fail. Fragmentation from that policy routinely costs a few GiB on large jobs, and a
+job whose live tensors fit can still OOM. The behaviour modelled here follows
+c10/cuda/CUDACachingAllocator.cpp with its default configuration (no max_split_size, no
+expandable segments, no garbage-collection threshold):
+
+- every request is rounded up to a multiple of 512 B;
+- requests <= 1 MiB come from the small pool, carved out of 2 MiB segments; larger ones from
+  the large pool: a 20 MiB segment for requests < 10 MiB, else a segment rounded to 2 MiB;
+- a request takes the smallest cached free block of the same pool *and stream* that fits
+  (best fit, ties by address); the block is split when the remainder is worth keeping
+  (small pool: >= 512 B, large pool: > 1 MiB);
+- a freed block merges with free neighbours of its segment;
+- when a new segment would exceed the device capacity, every fully free cached segment is
+  released and the allocation retried (counted in `num_alloc_retries`); if it still does not
+  fit, `OutOfMemory` is raised with the text the real allocator uses, and nothing changes;
+- `empty_cache()` releases every fully free segment.
+
+Speed matters (the emulator calls this for every op output), so free blocks live in one sorted
+list of integer keys per pool: `(stream, size, address)` packed into one Python int, which makes
+best fit a single `bisect`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+MIN_BLOCK = 512  # every allocation is a multiple of this
+SMALL_SIZE = 1 << 20  # requests up to this size use the small pool
+SMALL_BUFFER = 2 << 20  # small-pool segment size
+LARGE_BUFFER = 20 << 20  # segment for large requests below MIN_LARGE_ALLOC
+MIN_LARGE_ALLOC = 10 << 20
+ROUND_LARGE = 2 << 20  # larger segments are rounded to this
+
+_ADDR_BITS = 52  # virtual addresses below 4 PiB
+_SIZE_BITS = 48  # sizes below 256 TiB
+_SIZE_SHIFT = _ADDR_BITS
+_STREAM_SHIFT = _ADDR_BITS + _SIZE_BITS
+_ADDR_MASK = (1 << _ADDR_BITS) - 1
+
+_SMALL, _LARGE = 0, 1
+_POOL_NAMES = ("small_pool", "large_pool")
+
+
+class OutOfMemory(Exception):
+    """The emulated device ran out of memory (the text matches torch.cuda.OutOfMemoryError's)."""
+
+    def __init__(self, message: str, requested: int = 0):
+        super().__init__(message)
+        self.requested = requested
+
+
+def round_size(nbytes: int) -> int:
+    """Bytes a request really occupies: at least 512, a multiple of 512."""
+    if nbytes < MIN_BLOCK:
+        return MIN_BLOCK
+    return (nbytes + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK
+
+
+def segment_size(rounded: int) -> int:
+    """Size of the cudaMalloc the allocator makes when no cached block fits `rounded` bytes."""
+    if rounded <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if rounded < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return (rounded + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
+
+
+def format_size(nbytes: int) -> str:
+    """torch's format_size: bytes, KiB, MiB or GiB with two decimals."""
+    if nbytes <= 1024:
+        return f"{nbytes} bytes"
+    if nbytes <= 1 << 20:
+        return f"{nbytes / 1024:.2f} KiB"
+    if nbytes <= 1 << 30:
+        return f"{nbytes / (1 << 20):.2f} MiB"
+    return f"{nbytes / (1 << 30):.2f} GiB"
+
+
+class _Block:
+    """A contiguous range of one segment, allocated or cached free."""
+
+    __slots__ = ("addr", "size", "requested", "stream", "pool", "prev", "next", "allocated", "key")
+
+    def __init__(self, addr: int, size: int, stream: int, pool: int):
+        self.addr = addr
+        self.size = size
+        self.requested = 0
+        self.stream = stream
+        self.pool = pool
+        self.prev: _Block | None = None
+        self.next: _Block | None = None
+        self.allocated = False
+        self.key = 0
+
+
+class _Stat:
+    """current / peak / allocated (cumulative increases) / freed, like c10's Stat."""
+
+    __slots__ = ("current", "peak", "allocated", "freed")
+
+    def __init__(self):
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def inc(self, n: int) -> None:
+        self.current += n
+        self.allocated += n
+        if self.current > self.peak:
+            self.peak = self.current
+
+    def dec(self, n: int) -> None:
+        self.current -= n
+        self.freed += n
+
+
+_STAT_NAMES = ("allocated_bytes", "reserved_bytes", "requested_bytes", "inactive_split_bytes",
+               "allocation", "segment", "inactive_split")
+# Blocks are never held back by record_stream events here, so "active" equals "allocated".
+_MIRRORED = {"active_bytes": "allocated_bytes", "active": "allocation"}
+
+
+class CachingAllocator:
+    """One device's caching allocator. `malloc` returns an int handle, `free` takes it back.
+
+    `capacity_bytes` is what cudaMalloc can hand out in total (the device's memory minus what
+    the CUDA context and other processes use; the caller decides). `device` only appears in
+    error messages.
+    """
+
+    def __init__(self, capacity_bytes: int, device: int = 0):
+        if capacity_bytes <= 0:
+            raise ValueError(f"capacity_bytes must be positive, got {capacity_bytes}")
+        self.capacity = int(capacity_bytes)
+        self.device = device
+        self._keys: tuple[list[int], list[int]] = ([], [])  # sorted free-block keys per pool
+        self._free: tuple[dict[int, _Block], dict[int, _Block]] = ({}, {})  # key -> free block
+        self._live: dict[int, _Block] = {}  # handle -> allocated block
+        self._streams: dict[int, int] = {}  # caller's stream id -> dense index (keys need small ints)
+        self._next_addr = 1 << 21
+        self._next_handle = 1
+        # stats[name][0=all, 1=small, 2=large]
+        self._stats = {name: (_Stat(), _Stat(), _Stat()) for name in _STAT_NAMES}
+        self.num_alloc_retries = 0
+        self.num_ooms = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
+        self.allocated = 0
+        self.reserved = 0
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+
+    # ---------------------------------------------------------------- public API
+    def malloc(self, nbytes: int, stream: int = 0) -> int:
+        """Allocate `nbytes` on `stream`; returns a handle (0 for a zero-byte request)."""
+        if nbytes <= 0:
+            if nbytes < 0:
+                raise ValueError(f"cannot allocate {nbytes} bytes")
+            return 0
+        sidx = self._streams.get(stream)
+        if sidx is None:
+            sidx = self._streams[stream] = len(self._streams)
+        size = round_size(nbytes)
+        pool = _SMALL if size <= SMALL_SIZE else _LARGE
+        st = self._stats
+        p = pool + 1
+        block = self._take_free(pool, sidx, size)
+        if block is None:
+            block = self._new_segment(pool, sidx, size, nbytes)
+        elif block.prev is not None or block.next is not None:  # a cached split block becomes active
+            for name, n in (("inactive_split_bytes", block.size), ("inactive_split", 1)):
+                s = st[name]
+                s[0].dec(n)
+                s[p].dec(n)
+        remaining = block.size - size
+        if (remaining >= MIN_BLOCK) if pool == _SMALL else (remaining > SMALL_SIZE):
+            self._split(block, size)
+        block.allocated = True
+        block.requested = nbytes
+        handle = self._next_handle
+        self._next_handle += 1
+        self._live[handle] = block
+        bs = block.size
+        a, r, c = st["allocated_bytes"], st["requested_bytes"], st["allocation"]
+        a[0].inc(bs)
+        a[p].inc(bs)
+        r[0].inc(nbytes)
+        r[p].inc(nbytes)
+        c[0].inc(1)
+        c[p].inc(1)
+        self.allocated += bs
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        return handle
+
+    def free(self, handle: int) -> None:
+        """Return a block to the cache (memory stays reserved)."""
+        if handle == 0:
+            return
+        block = self._live.pop(handle, None)
+        if block is None:
+            raise ValueError(f"free of unknown or already freed handle {handle}")
+        block.allocated = False
+        p = block.pool + 1
+        st = self._stats
+        bs = block.size
+        a, r, c = st["allocated_bytes"], st["requested_bytes"], st["allocation"]
+        a[0].dec(bs)
+        a[p].dec(bs)
+        r[0].dec(block.requested)
+        r[p].dec(block.requested)
+        c[0].dec(1)
+        c[p].dec(1)
+        self.allocated -= bs
+        self._release_block(block)
+
+    def empty_cache(self) -> None:
+        """Give every fully free segment back to the device (torch.cuda.empty_cache)."""
+        for pool in (_SMALL, _LARGE):
+            for key in list(self._keys[pool]):
+                block = self._free[pool].get(key)
+                if block is not None and block.prev is None and block.next is None:
+                    self._drop_segment(block)
+
+    def reset_peak(self) -> None:
+        """torch.cuda.reset_peak_memory_stats: peaks restart from the current values."""
+        self.peak_allocated = self.allocated
+        self.peak_reserved = self.reserved
+        for triple in self._stats.values():
+            for s in triple:
+                s.peak = s.current
+
+    def size_of(self, handle: int) -> int:
+        """Bytes the block behind `handle` occupies (after rounding)."""
+        block = self._live.get(handle)
+        return block.size if block is not None else 0
+
+    @property
+    def free_bytes(self) -> int:
+        """What torch.cuda.mem_get_info would call free: capacity not reserved by this process."""
+        return self.capacity - self.reserved
+
+    def stats(self) -> dict:
+        """torch.cuda.memory_stats()-style flat dict (`<stat>.<all|small_pool|large_pool>.<current|peak|...>`)."""
+        out: dict[str, int] = {}
+        named = list(self._stats.items()) + [(m, self._stats[src]) for m, src in _MIRRORED.items()]
+        for name, triple in named:
+            for label, s in zip(("all", "small_pool", "large_pool"), triple, strict=True):
+                out[f"{name}.{label}.current"] = s.current
+                out[f"{name}.{label}.peak"] = s.peak
+                out[f"{name}.{label}.allocated"] = s.allocated
+                out[f"{name}.{label}.freed"] = s.freed
+        out["num_alloc_retries"] = self.num_alloc_retries
+        out["num_ooms"] = self.num_ooms
+        out["num_device_alloc"] = self.num_device_alloc
+        out["num_device_free"] = self.num_device_free
+        out["num_sync_all_streams"] = 0
+        out["max_split_size"] = -1
+        out["oversize_allocations.current"] = out["oversize_allocations.peak"] = 0
+        out["oversize_segments.current"] = out["oversize_segments.peak"] = 0
+        return out
+
+    def segments(self) -> list[dict]:
+        """A small torch.cuda.memory_snapshot()-like view: one entry per segment with its blocks."""
+        heads: dict[int, _Block] = {}
+        for block in list(self._live.values()) + [b for d in self._free for b in d.values()]:
+            while block.prev is not None:
+                block = block.prev
+            heads[block.addr] = block
+        out = []
+        for addr in sorted(heads):
+            block, blocks, total = heads[addr], [], 0
+            while block is not None:
+                blocks.append({"size": block.size, "state": "active_allocated" if block.allocated else "inactive"})
+                total += block.size
+                block = block.next
+            out.append({"address": addr, "total_size": total, "segment_type": _POOL_NAMES[heads[addr].pool][:5],
+                        "blocks": blocks})
+        return out
+
+    # ---------------------------------------------------------------- internals
+    def _insert_free(self, block: _Block) -> None:
+        key = (((block.stream << _SIZE_BITS) | block.size) << _ADDR_BITS) | block.addr
+        block.key = key
+        self._free[block.pool][key] = block
+        insort(self._keys[block.pool], key)
+
+    def _remove_free(self, block: _Block) -> None:
+        keys = self._keys[block.pool]
+        i = bisect_left(keys, block.key)
+        del keys[i]
+        del self._free[block.pool][block.key]
+
+    def _take_free(self, pool: int, sidx: int, size: int) -> _Block | None:
+        keys = self._keys[pool]
+        probe = ((sidx << _SIZE_BITS) | size) << _ADDR_BITS
+        i = bisect_left(keys, probe)
+        if i == len(keys) or keys[i] >> _STREAM_SHIFT != sidx:
+            return None
+        key = keys[i]
+        del keys[i]
+        return self._free[pool].pop(key)
+
+    def _new_segment(self, pool: int, sidx: int, size: int, nbytes: int) -> _Block:
+        seg = segment_size(size)
+        if self.reserved + seg > self.capacity:
+            # cudaMalloc would fail: release every fully free cached segment and retry once.
+            self.empty_cache()
+            self.num_alloc_retries += 1
+            if self.reserved + seg > self.capacity:
+                self.num_ooms += 1
+                raise OutOfMemory(self._oom_message(seg), requested=nbytes)
+        addr = self._next_addr
+        self._next_addr += (seg + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
+        block = _Block(addr, seg, sidx, pool)
+        self.reserved += seg
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        self.num_device_alloc += 1
+        st = self._stats
+        for name, n in (("reserved_bytes", seg), ("segment", 1)):
+            s = st[name]
+            s[0].inc(n)
+            s[pool + 1].inc(n)
+        return block
+
+    def _split(self, block: _Block, size: int) -> None:
+        rest = _Block(block.addr + size, block.size - size, block.stream, block.pool)
+        rest.prev = block
+        rest.next = block.next
+        if block.next is not None:
+            block.next.prev = rest
+        block.next = rest
+        block.size = size
+        self._insert_free(rest)
+        st = self._stats
+        for name, n in (("inactive_split_bytes", rest.size), ("inactive_split", 1)):
+            s = st[name]
+            s[0].inc(n)
+            s[block.pool + 1].inc(n)
+
+    def _release_block(self, block: _Block) -> None:
+        """Merge a just-freed block with free neighbours and cache it."""
+        st = self._stats
+        p = block.pool + 1
+        split_bytes = st["inactive_split_bytes"]
+        split_count = st["inactive_split"]
+        for nb in (block.prev, block.next):
+            if nb is None or nb.allocated:
+                continue
+            self._remove_free(nb)
+            split_bytes[0].dec(nb.size)
+            split_bytes[p].dec(nb.size)
+            split_count[0].dec(1)
+            split_count[p].dec(1)
+            if nb is block.prev:
+                block.addr = nb.addr
+                block.prev = nb.prev
+                if nb.prev is not None:
+                    nb.prev.next = block
+            else:
+                block.next = nb.next
+                if nb.next is not None:
+                    nb.next.prev = block
+            block.size += nb.size
+        if block.prev is not None or block.next is not None:
+            split_bytes[0].inc(block.size)
+            split_bytes[p].inc(block.size)
+            split_count[0].inc(1)
+            split_count[p].inc(1)
+        self._insert_free(block)
+
+    def _drop_segment(self, block: _Block) -> None:
+        self._remove_free(block)
+        self.reserved -= block.size
+        self.num_device_free += 1
+        st = self._stats
+        for name, n in (("reserved_bytes", block.size), ("segment", 1)):
+            s = st[name]
+            s[0].dec(n)
+            s[block.pool + 1].dec(n)
+
+    def _oom_message(self, size: int) -> str:
+        free = max(self.capacity - self.reserved, 0)
+        return (f"CUDA out of memory. Tried to allocate {format_size(size)}. GPU {self.device} has a total capacity of "
+                f"{format_size(self.capacity)} of which {format_size(free)} is free. Including non-PyTorch memory, "
+                f"this process has {format_size(self.reserved)} memory in use. Of the allocated memory "
+                f"{format_size(self.allocated)} is allocated by PyTorch, and "
+                f"{format_size(self.reserved - self.allocated)} is reserved by PyTorch but unallocated. If reserved "
+                "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+                "avoid fragmentation.  See documentation for Memory Management  "
+                "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")

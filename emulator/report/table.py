@@ -1,0 +1,76 @@
+"""The terminal answer: a rich table of the prediction. Bad news comes first: an OOM or a hang
+is printed before (or instead of) any number, because a time for a job that cannot run misleads."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+GiB = 2**30
+
+
+def _t(s) -> str:
+    if s is None:
+        return "-"
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def print_prediction(pred: dict, console: Console | None = None, out_dir=None) -> None:
+    c = console or Console()
+    if pred.get("oom"):
+        c.print(Panel(f"[bold]OUT OF MEMORY[/bold]: {pred.get('oom_reason') or 'a rank ran out of memory'}\n"
+                      f"peak reserved {(pred.get('memory_reserved_bytes') or 0) / GiB:.2f} GiB, "
+                      f"capacity {(pred.get('memory_capacity_bytes') or 0) / GiB:.2f} GiB per GPU",
+                      style="red", title="maya"))
+    if pred.get("emulation_failed"):
+        f = pred["emulation_failed"]
+        c.print(Panel(f"[bold]the program failed during emulation[/bold] on rank {f.get('rank')}: {f.get('error')}\n"
+                      "the trace stops there, so what follows describes only the part that ran",
+                      style="red", title="maya"))
+    if pred.get("hang"):
+        c.print(Panel(pred["hang"]["message"], style="red", title="hang"))
+        return
+    t = Table(title=f"maya prediction: {pred['world_size']} x {pred['gpu']} "
+                    f"({pred['nnodes']} node(s) x {pred['nproc_per_node']})", show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("iteration time (steady state)", _t(pred.get("iteration_time_s")))
+    its = pred.get("iterations_s") or []
+    if len(its) > 1:
+        t.add_row("iterations", ", ".join(_t(x) for x in its[:8]) + (" ..." if len(its) > 8 else ""))
+    b = pred.get("breakdown_s") or {}
+    for k in ("compute", "communication", "exposed_communication", "host", "idle"):
+        t.add_row(f"  {k.replace('_', ' ')}", _t(b.get(k)))
+    if pred.get("tokens_per_s"):
+        t.add_row("tokens / s", f"{pred['tokens_per_s']:,.0f}")
+    t.add_row("MFU", _pct(pred.get("mfu")) + f" (vs {pred.get('mfu_peak_dtype')} peak)")
+    if pred.get("peak_memory_bytes") is not None:
+        t.add_row("peak memory allocated / reserved (max rank)",
+                  f"{pred['peak_memory_bytes'] / GiB:.2f} / {(pred.get('memory_reserved_bytes') or 0) / GiB:.2f} GiB"
+                  f" of {pred['memory_capacity_bytes'] / GiB:.0f} GiB")
+    t.add_row("cost / iteration", "-" if pred.get("cost_per_iteration_usd") is None
+              else f"${pred['cost_per_iteration_usd']:.5f}")
+    if pred.get("cost_per_million_tokens_usd"):
+        t.add_row("cost / 1M tokens", f"${pred['cost_per_million_tokens_usd']:.3f}")
+    est = pred.get("estimator") or {}
+    cov = est.get("coverage") or {}
+    t.add_row("kernels estimated by", str(est.get("kernels")))
+    t.add_row("collectives estimated by", str(est.get("collectives")))
+    t.add_row("device time learned / fallback", f"{_pct(cov.get('learned'))} / {_pct(cov.get('fallback'))}")
+    walls = f"{_t(pred.get('emulation_wall_s'))} / {_t(pred.get('simulation_wall_s'))}"
+    t.add_row("emulation / simulation wall", walls)
+    c.print(t)
+    if pred.get("warning"):
+        c.print(f"[yellow]warning: {pred['warning']}[/yellow]")
+    if out_dir is not None:
+        c.print(f"prediction: {out_dir}/prediction.json" + (f", timeline: {out_dir}/timeline.json (open in "
+                                                            "https://ui.perfetto.dev)" if pred.get("timeline") else ""))

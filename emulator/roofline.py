@@ -1,0 +1,191 @@
+"""The analytical fallback: a roofline for kernels and an alpha-beta model for collectives.
+
+maya prefers learned predictors (trained on real measurements, loaded from the MLflow
+registry). This module is the *labelled* fallback they and the simulator use where no
+measurement covers an op, and the prior `maya_models` builds its predictors around. Every
+duration it returns is a model quantity, never a measurement: callers must label rows timed
+here with source ``fallback``.
+
+Assumptions (stated once, here, so reports can point at them):
+
+Kernels -- ``time = max(launch_floor, flops / (eff_c * peak(dtype)), bytes / (eff_m * HBM bw))``
+  * GEMM-like families (gemm, conv, attention) run on tensor cores at the dtype's dense peak
+    (`GPUSpec.peak_for`; fp32 GEMMs use the fp32 SIMT peak because PyTorch disables TF32 for
+    matmuls by default). Other families do their few flops on the fp32 SIMT pipes.
+  * Achievable fractions ``FAMILY_EFFICIENCY`` (compute, memory): large cuBLAS GEMMs reach
+    ~70-80% of dense peak, flash attention ~50-60% forward and ~40% backward, well-written
+    bandwidth-bound kernels (elementwise, norms, copies, foreach optimizers) ~70-80% of HBM
+    bandwidth. These are round numbers from public benchmark reports, not fitted here.
+  * ``LAUNCH_FLOOR_S``: no kernel takes less than ~2.5 us on a datacenter GPU (launch +
+    the smallest grid); 1 us on the CPU "device".
+  * memcpy (host<->device) moves ``bytes`` over PCIe at 80% of its one-direction bandwidth.
+
+Collectives -- alpha-beta per algorithm, NCCL-like:
+  ``time = base + steps(n) * alpha + factor(n) * coll_bytes / (eff * bw)``
+  * ``coll_bytes`` follows the nccl-tests convention (see `emulator.ops`); ``factor`` is the
+    nccl-tests bus-bandwidth factor of a ring (all_reduce 2(n-1)/n, all_gather/reduce_scatter/
+    all_to_all (n-1)/n, broadcast/reduce/send/recv 1).
+  * Inside one node the link is NVLink/NVSwitch (per-GPU one-direction bandwidth, PCIe when
+    the part has no NVLink) with ``intranode_latency_s`` per step; a group spanning several
+    nodes is limited by the per-GPU network bandwidth with ``internode_latency_s`` per step.
+  * all_reduce takes the faster of ring (2(n-1) steps) and tree (2 log2 n steps, factor 2).
+  * ``eff`` = 0.8 of the link bandwidth; ``base`` = 5 us per NCCL kernel launch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from emulator.hardware import GPUSpec
+from emulator.ops import op_family
+
+SOURCE = "fallback"  # the label every duration from this module carries
+
+# (compute fraction of peak, memory fraction of HBM bandwidth) per op family
+FAMILY_EFFICIENCY: dict[str, tuple[float, float]] = {
+    "gemm": (0.75, 0.80),
+    "conv": (0.60, 0.70),
+    "attention_fwd": (0.55, 0.70),
+    "attention_bwd": (0.40, 0.60),
+    "norm": (0.50, 0.70),
+    "softmax_loss": (0.50, 0.70),
+    "embedding": (0.50, 0.60),
+    "optimizer": (0.50, 0.75),
+    "copy": (0.50, 0.80),
+    "memset": (0.50, 0.85),
+    "elementwise": (0.50, 0.80),
+    "other": (0.50, 0.60),
+}
+TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "attention_fwd", "attention_bwd"})
+LAUNCH_FLOOR_S = 2.5e-6
+CPU_LAUNCH_FLOOR_S = 1e-6
+PCIE_EFFICIENCY = 0.8
+
+COLLECTIVE_BASE_S = 5e-6
+LINK_EFFICIENCY = 0.8
+
+
+def launch_floor(spec: GPUSpec) -> float:
+    return CPU_LAUNCH_FLOOR_S if spec.is_cpu else LAUNCH_FLOOR_S
+
+
+def kernel_time(flops: float, bytes: float, dtype: str | None, family: str, spec: GPUSpec) -> float:
+    """Seconds one kernel of `family` doing `flops` and moving `bytes` takes on `spec` (roofline)."""
+    floor = launch_floor(spec)
+    if family == "memcpy":
+        return max(floor, float(bytes or 0.0) / (PCIE_EFFICIENCY * spec.pcie_bandwidth))
+    eff_c, eff_m = FAMILY_EFFICIENCY.get(family, FAMILY_EFFICIENCY["other"])
+    if family in TENSOR_CORE_FAMILIES:
+        peak = spec.peak_for(dtype or "float32")
+    else:
+        peak = spec.peak_flops["float32"]
+    t_compute = float(flops or 0.0) / (eff_c * peak)
+    t_memory = float(bytes or 0.0) / (eff_m * spec.hbm_bandwidth)
+    return max(floor, t_compute, t_memory)
+
+
+def _ring_factor(collective: str, n: int) -> float:
+    if collective == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
+        return (n - 1) / n
+    if collective == "barrier":
+        return 0.0
+    return 1.0  # broadcast, reduce, send, recv: the whole message crosses each link once (pipelined)
+
+
+def _ring_steps(collective: str, n: int) -> int:
+    if collective == "all_reduce":
+        return 2 * (n - 1)
+    if collective in ("send", "recv"):
+        return 1
+    if collective in ("broadcast", "reduce", "barrier"):
+        return max(1, math.ceil(math.log2(n)))
+    return n - 1
+
+
+def link(spec: GPUSpec, nnodes: int) -> tuple[float, float]:
+    """(bandwidth bytes/s, per-step latency s) of the slowest link a group on `nnodes` nodes uses."""
+    if nnodes > 1:
+        return spec.internode_bandwidth, spec.internode_latency_s
+    bw = spec.nvlink_bandwidth if spec.nvlink_bandwidth > 0 else spec.pcie_bandwidth
+    return bw, spec.intranode_latency_s
+
+
+def collective_time(collective: str, coll_bytes: float, group_size: int, nnodes: int, gpus_per_node: int,
+                    spec: GPUSpec) -> float:
+    """Seconds one `collective` (emulator.ops.collective_name form) of `coll_bytes` takes on a group of
+    `group_size` GPUs spread over `nnodes` nodes with `gpus_per_node` GPUs each.
+
+    `gpus_per_node` is part of the stable signature (learned collective models use it); the
+    alpha-beta model only needs whether the group leaves the node, which `nnodes` says.
+    """
+    del gpus_per_node  # see docstring
+    n = max(int(group_size or 1), 1)
+    if collective in ("send", "recv"):
+        n = max(n, 2)
+    if n == 1:
+        return launch_floor(spec)
+    bw, alpha = link(spec, max(int(nnodes or 1), 1))
+    size = float(coll_bytes or 0.0)
+    eff_bw = LINK_EFFICIENCY * bw
+    ring = _ring_steps(collective, n) * alpha + _ring_factor(collective, n) * size / eff_bw
+    if collective == "all_reduce":
+        tree = 2 * math.ceil(math.log2(n)) * alpha + 2.0 * size / eff_bw
+        ring = min(ring, tree)
+    return COLLECTIVE_BASE_S + ring
+
+
+def row_dtype(op: str, dtypes) -> str:
+    """The dtype that sets a row's peak: the matrix operands' for addmm-style ops, else the first input's."""
+    d = list(dtypes or [])
+    if not d:
+        return "float32"
+    if op in ("aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation", "aten::addmv") and len(d) > 1:
+        return str(d[1])
+    return str(d[0])
+
+
+def _as_list(v):
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return []
+    return [] if v is None else list(v)
+
+
+def roofline_durations(df, spec: GPUSpec) -> np.ndarray:
+    """Fallback durations (s) for every row of a pandas DataFrame of trace rows.
+
+    Uses columns `kind, op, dtypes, flops, bytes` and, for collective/p2p rows, `collective,
+    coll_bytes, group_size, nnodes, gpus_per_node` (the estimation contract). `dtypes` may be
+    lists or JSON strings.
+    """
+    out = np.empty(len(df), dtype=np.float64)
+    cols = df.columns
+    for i, row in enumerate(df.itertuples(index=False)):
+        r = dict(zip(cols, row, strict=True))
+        kind, op = r.get("kind"), r.get("op")
+        if kind in ("collective", "p2p"):
+            from emulator.ops import collective_name
+
+            coll = r.get("collective") or collective_name(op)
+            out[i] = collective_time(coll, _num(r.get("coll_bytes")), int(_num(r.get("group_size"), 1)),
+                                     int(_num(r.get("nnodes"), 1)), int(_num(r.get("gpus_per_node"), 8)), spec)
+        else:
+            fam = "memcpy" if kind == "memcpy" else op_family(op)
+            out[i] = kernel_time(_num(r.get("flops")), _num(r.get("bytes")), row_dtype(op, _as_list(r.get("dtypes"))),
+                                 fam, spec)
+    return out
+
+
+def _num(v, default: float = 0.0) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(f) else f

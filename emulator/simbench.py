@@ -1,0 +1,83 @@
+"""Simulation speed benchmarks (`make bench` runs them through `emulator.bench`).
+
+Targets (from the project's issue): simulating one iteration of an 8-rank job takes at most 2 s,
+and one iteration of a 1,024-rank 3-D parallel (TP 8 x PP 4 x DP 32) job at most 60 s on the
+2-core development machine. The jobs are synthetic traces (`emulator.simulate.synthetic`: the
+shape of the work of a transformer, timed by the roofline), because this machine cannot
+emulate 1,024 ranks within a benchmark; the simulator's cost depends on the number of rows,
+ranks and collectives, which these reproduce.
+
+- `sim-8-ranks`: `predict_from_trace` on a saved 8-rank data-parallel folder (read, collate,
+  estimate, simulate, prediction.json and timeline.json), divided by the iterations simulated.
+- `sim-1024-ranks-3d`: collate-checked, deduplicated 1,024-rank job in memory: estimate,
+  simulate, analyse, per iteration.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from emulator.collate import check_matching
+from emulator.estimate import estimate, load_predictors
+from emulator.hardware import get_gpu
+from emulator.simulate.analysis import timing
+from emulator.simulate.engine import simulate
+from emulator.simulate.synthetic import parallel3d_job, parallel3d_rank, write_job
+
+
+def _bench_8_ranks(iterations: int = 3) -> dict:
+    kw = dict(tp=1, pp=1, dp=8, layers_per_stage=24, microbatches=2, hidden=2048, tokens=2048,
+              iterations=iterations)
+    from emulator.predict import predict_from_trace
+
+    with tempfile.TemporaryDirectory(prefix="maya-simbench-") as d:
+        tables = {r: parallel3d_rank(r, kw["tp"], kw["pp"], kw["dp"], **{k: v for k, v in kw.items()
+                                                                        if k not in ("tp", "pp", "dp")}).table()
+                  for r in range(8)}
+        out = write_job(Path(d) / "out", tables)
+        rows = sum(t.num_rows for t in tables.values())
+        t0 = time.perf_counter()
+        pred = predict_from_trace(out, roofline_only=True)
+        wall = time.perf_counter() - t0
+    per_it = wall / iterations
+    return dict(name="sim-8-ranks", wall_s=per_it, limit_s=2.0, ok=per_it <= 2.0,
+                detail=f"{rows // iterations} rows/iteration over 8 ranks; whole run {wall:.2f} s for {iterations} "
+                       f"iterations incl. parquet read and timeline; predicted {pred['iteration_time_s'] * 1e3:.1f} ms")
+
+
+def _bench_1024_ranks(iterations: int = 2) -> dict:
+    t0 = time.perf_counter()
+    job = parallel3d_job(tp=8, pp=4, dp=32, layers_per_stage=8, microbatches=8, hidden=8192, tokens=4096,
+                         iterations=iterations)
+    build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    assert check_matching(job) is None
+    spec = get_gpu("h100")
+    kernels, colls = load_predictors(spec, roofline_only=True)
+    est = estimate(job, spec, kernels, colls, 8)
+    res = simulate(job, est.durations)
+    tm = timing(res, 4e-6)
+    wall = time.perf_counter() - t0
+    rows = sum(len(v.rep) for v in job.ranks)
+    per_it = wall / iterations
+    return dict(name="sim-1024-ranks-3d", wall_s=per_it, limit_s=60.0, ok=per_it <= 60.0 and res.hang is None,
+                detail=f"TP8 x PP4 x DP32, {rows // iterations:,} rows/iteration; collate check + estimate + simulate "
+                       f"{wall:.2f} s for {iterations} iterations (engine {res.wall_s:.2f} s; "
+                       f"trace build {build:.2f} s not counted); predicted {tm.iteration_time_s * 1e3:.1f} ms")
+
+
+def simulation_benchmarks() -> list[dict]:
+    """Run the simulation benchmarks; each result: name, wall_s (per simulated iteration), limit_s, ok, detail."""
+    return [_bench_8_ranks(), _bench_1024_ranks()]
+
+
+def main() -> None:  # pragma: no cover - a reporting entry point
+    for r in simulation_benchmarks():
+        print(f"{r['name']:<20} {r['wall_s']:8.2f} s / iteration (limit {r['limit_s']:.0f} s) "
+              f"{'ok' if r['ok'] else 'TOO SLOW'}  {r['detail']}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,107 @@
+"""The simulated cluster: which GPU, how many per node, and the links between them.
+
+Defaults come from the part's `GPUSpec` (NVLink/NVSwitch bandwidth inside a node, one NIC per
+GPU between nodes); a cluster file (JSON or TOML) or flags override them. Keys of a cluster
+file (all optional; unknown keys are an error so a typo never silently keeps a default):
+
+    gpu = "h100"                      # part key, see `maya gpus`
+    nnodes = 4
+    gpus_per_node = 8                 # alias: nproc_per_node
+    nvlink_bandwidth_GBps = 450       # per GPU, one direction, inside a node
+    internode_bandwidth_GBps = 50     # per GPU, one direction, between nodes (400 Gb/s NIC = 50)
+    intranode_latency_us = 2
+    internode_latency_us = 5
+    price_per_gpu_hour = 3.0          # USD
+    launch_overhead_us = 4            # host time to launch one kernel
+    host_gap_scale = 1.0              # recorded host gaps x this (0.25: the cluster's CPUs run the
+                                      # script's Python 4x faster than the machine that emulated it)
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.hardware import GPUSpec, get_gpu, with_overrides
+
+CLUSTER_KEYS = {"gpu", "nnodes", "gpus_per_node", "nproc_per_node", "nvlink_bandwidth_GBps",
+                "internode_bandwidth_GBps", "intranode_latency_us", "internode_latency_us", "price_per_gpu_hour",
+                "launch_overhead_us", "host_gap_scale"}
+DEFAULT_LAUNCH_OVERHEAD_S = 4e-6  # cudaLaunchKernel + ATen dispatch on a modern host CPU
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot be read or has unknown keys."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    spec: GPUSpec  # with any link overrides applied
+    nnodes: int
+    gpus_per_node: int
+    price_per_gpu_hour: float
+    launch_overhead_s: float
+    host_gap_scale: float = 1.0
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.gpus_per_node
+
+    def describe(self) -> dict:
+        s = self.spec
+        return dict(gpu=s.key, nnodes=self.nnodes, gpus_per_node=self.gpus_per_node,
+                    nvlink_bandwidth_GBps=s.nvlink_bandwidth / 1e9,
+                    internode_bandwidth_GBps=s.internode_bandwidth / 1e9,
+                    intranode_latency_us=s.intranode_latency_s * 1e6, internode_latency_us=s.internode_latency_s * 1e6,
+                    price_per_gpu_hour=self.price_per_gpu_hour, launch_overhead_us=self.launch_overhead_s * 1e6,
+                    host_gap_scale=self.host_gap_scale)
+
+
+def read_cluster_file(path: Path) -> dict:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ClusterFileError(f"cannot read cluster file {path}: {e}") from e
+    try:
+        data = tomllib.loads(raw.decode()) if path.suffix.lower() == ".toml" else json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ClusterFileError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {e}") \
+            from e
+    if not isinstance(data, dict):
+        raise ClusterFileError(f"{path}: expected a table/object of settings")
+    unknown = sorted(set(data) - CLUSTER_KEYS)
+    if unknown:
+        raise ClusterFileError(f"{path}: unknown keys {unknown}; known: {sorted(CLUSTER_KEYS)}")
+    return data
+
+
+def build_cluster(gpu: str, nnodes: int, gpus_per_node: int, file_settings: dict | None = None,
+                  price_per_gpu_hour: float | None = None) -> Cluster:
+    """The cluster to simulate: flags win over the cluster file, which wins over the part's defaults."""
+    f = dict(file_settings or {})
+    spec = get_gpu(gpu)
+    changes = {}
+    if "nvlink_bandwidth_GBps" in f:
+        changes["nvlink_bandwidth"] = float(f["nvlink_bandwidth_GBps"]) * 1e9
+    if "internode_bandwidth_GBps" in f:
+        changes["internode_bandwidth"] = float(f["internode_bandwidth_GBps"]) * 1e9
+    if "intranode_latency_us" in f:
+        changes["intranode_latency_s"] = float(f["intranode_latency_us"]) * 1e-6
+    if "internode_latency_us" in f:
+        changes["internode_latency_s"] = float(f["internode_latency_us"]) * 1e-6
+    for k, v in changes.items():
+        if v < 0 or (k.endswith("bandwidth") and v == 0):
+            raise ClusterFileError(f"cluster setting {k} must be positive, got {v}")
+    if changes:
+        spec = with_overrides(spec, **changes)
+    price = price_per_gpu_hour if price_per_gpu_hour is not None else f.get("price_per_gpu_hour", spec.price_per_hour)
+    default_launch = 0.0 if spec.is_cpu else DEFAULT_LAUNCH_OVERHEAD_S
+    launch = float(f["launch_overhead_us"]) * 1e-6 if "launch_overhead_us" in f else default_launch
+    scale = float(f.get("host_gap_scale", 1.0))
+    if scale < 0:
+        raise ClusterFileError(f"host_gap_scale must be >= 0, got {scale}")
+    return Cluster(spec=spec, nnodes=int(nnodes), gpus_per_node=int(gpus_per_node), price_per_gpu_hour=float(price),
+                   launch_overhead_s=launch, host_gap_scale=scale)

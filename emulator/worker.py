@@ -1,0 +1,92 @@
+"""One emulated rank: `python -m emulator.worker --gpu G --rank R --world-size W --out DIR --script PATH -- ARGS`.
+
+The launcher (emulator.launcher) starts one worker per emulated rank. The worker
+  1. sets torchrun's environment for this rank,
+  2. boots the fake CUDA device *before* `import torch` (CPU builds need the C++ shim first),
+  3. runs the program in this process like `python script args` / `python -m mod args`,
+     under the recorder (fake device, recording process group, emulated caching allocator),
+  4. ALWAYS writes OUT/trace/rank=R/part-0.parquet and OUT/ranks/rank=R.json, even when the
+     program raises (ok=false, error = the program's traceback, the trace as far as it got).
+Exit code: 0 success (incl. `SystemExit(0)` and a `--iterations` stop), 1 program failed, 3 OOM.
+
+Modes: the default emulates the `--gpu` target; `--gpu cpu` keeps the script on the local CPU
+(real ops, fake process group, no timing); `--profile` runs for real on the local device with a
+real process group and measures every kernel row's duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    program_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, program_args = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(prog="python -m emulator.worker", description=__doc__.splitlines()[0])
+    p.add_argument("--gpu", default="h100")
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--local-rank", type=int, default=None)
+    p.add_argument("--local-world-size", type=int, default=None)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=None)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--profile", action="store_true")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--script")
+    g.add_argument("--module")
+    ns = p.parse_args(argv)
+    ns.program_args = program_args
+    if ns.local_world_size is None:
+        ns.local_world_size = max(ns.world_size // max(ns.nnodes, 1), 1)
+    if ns.local_rank is None:
+        ns.local_rank = ns.rank % ns.local_world_size
+    if ns.node_rank is None:
+        ns.node_rank = ns.rank // ns.local_world_size
+    if ns.iterations is not None and ns.iterations < 1:
+        p.error("--iterations must be >= 1")
+    return ns
+
+
+def set_torchrun_env(ns: argparse.Namespace) -> None:
+    """What torchrun gives each worker; the launcher may already have set MASTER_ADDR/PORT."""
+    env = {
+        "RANK": ns.rank, "LOCAL_RANK": ns.local_rank, "WORLD_SIZE": ns.world_size,
+        "LOCAL_WORLD_SIZE": ns.local_world_size, "GROUP_RANK": ns.node_rank, "NODE_RANK": ns.node_rank,
+        "ROLE_RANK": ns.rank, "ROLE_WORLD_SIZE": ns.world_size, "ROLE_NAME": "default",
+        "GROUP_WORLD_SIZE": ns.nnodes, "TORCHELASTIC_RESTART_COUNT": 0, "TORCHELASTIC_MAX_RESTARTS": 0,
+    }
+    for k, v in env.items():
+        os.environ[k] = str(v)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    os.environ.setdefault("TORCHELASTIC_RUN_ID", "maya")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parse_args(list(sys.argv[1:] if argv is None else argv))
+    set_torchrun_env(ns)
+    from emulator.hardware import get_gpu
+
+    spec = get_gpu(ns.gpu)
+    policy = "profile" if ns.profile else ("cpu" if spec.is_cpu else "emulate")
+    if policy == "emulate":
+        from emulator.device.boot import boot
+
+        boot(ns.local_world_size, spec.capability)
+    from emulator.capture.session import Session
+
+    session = Session(ns, spec, policy)
+    return session.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

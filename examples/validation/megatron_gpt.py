@@ -1,0 +1,270 @@
+"""GPT training with Megatron-style tensor, pipeline and data parallelism, in plain PyTorch.
+
+The validation workload of maya: it reproduces the configurations behind published GPU
+measurements (vTrain's Megatron-DeepSpeed GPT runs on A100, NeuSight's GPT-2-large runs on
+H100) as an ordinary training program, so `maya predict` can be compared with them.
+
+    torchrun --nproc-per-node 8 megatron_gpt.py --layers 24 --hidden 2048 --heads 16 \
+        --tp 2 --pp 2 --micro-batch 4 --global-batch 32 --dtype fp16 --checkpoint
+
+Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP innermost.
+- TP: column/row-parallel linears, vocab-parallel embedding and loss (tensor_parallel.py);
+- PP: torch.distributed.pipelining with the 1F1B schedule; the first and last stage share the
+  word embedding, so its gradient is all-reduced between them (Megatron's embedding group);
+- DP: DistributedDataParallel over the data-parallel group (bucketed gradient all-reduce);
+- micro/global batch: global = micro * dp * microbatches (gradient accumulation);
+- activation checkpointing per transformer block; fp32, or fp16/bf16 autocast.
+It runs on whatever `torch.cuda.is_available()` says: GPUs with NCCL, else CPU with gloo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    copy_to_tp,
+    vocab_parallel_cross_entropy,
+)
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.checkpoint import checkpoint
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+# ----------------------------------------------------------------------------- model
+class Attention(nn.Module):
+    def __init__(self, a, tp_group, tp: int):
+        super().__init__()
+        self.heads = a.heads // tp
+        self.head_dim = a.hidden // a.heads
+        self.qkv = ColumnParallelLinear(a.hidden, 3 * a.hidden, tp_group)
+        self.proj = RowParallelLinear(a.hidden, a.hidden, tp_group, std=0.02 / math.sqrt(2 * a.layers))
+        self.dropout = a.dropout
+        self.eager = a.attention == "eager"
+        if self.eager:
+            self.register_buffer("causal", torch.ones(a.seq, a.seq, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        drop = self.dropout if self.training else 0.0
+        if self.eager:  # what GPT-2 implementations did before fused attention: matmul, mask, softmax, matmul
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            att = att.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(dim=-1)
+            y = F.dropout(att, drop, self.training) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, a, tp_group):
+        super().__init__()
+        self.fc = ColumnParallelLinear(a.hidden, a.ffn, tp_group)
+        self.proj = RowParallelLinear(a.ffn, a.hidden, tp_group, std=0.02 / math.sqrt(2 * a.layers))
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, a, tp_group, tp: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(a.hidden), nn.LayerNorm(a.hidden)
+        self.attn, self.mlp = Attention(a, tp_group, tp), MLP(a, tp_group)
+        self.dropout = nn.Dropout(a.dropout)
+
+    def forward(self, x):
+        x = x + self.dropout(self.attn(self.ln1(x)))
+        return x + self.dropout(self.mlp(self.ln2(x)))
+
+
+class GPTStage(nn.Module):
+    """The layers one pipeline stage owns: the first adds the embeddings, the last the LM head."""
+
+    def __init__(self, a, layers: range, first: bool, last: bool, tp_group, tp: int):
+        super().__init__()
+        self.first, self.last, self.checkpoint = first, last, a.checkpoint
+        self.wte = VocabParallelEmbedding(a.vocab, a.hidden, tp_group) if first or last else None
+        self.wpe = nn.Embedding(a.seq, a.hidden) if first else None
+        if self.wpe is not None:
+            nn.init.normal_(self.wpe.weight, std=0.01)
+        self.drop = nn.Dropout(a.dropout)
+        self.blocks = nn.ModuleList(Block(a, tp_group, tp) for _ in layers)
+        self.ln_f = nn.LayerNorm(a.hidden) if last else None
+        self.tp_group = tp_group
+
+    def forward(self, x):
+        if self.first:
+            pos = torch.arange(x.shape[1], device=x.device)
+            x = self.drop(self.wte(x) + self.wpe(pos))
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if self.checkpoint and self.training else block(x)
+        if self.last:  # logits for this rank's vocabulary slice, weight tied to the embedding
+            x = F.linear(copy_to_tp(self.ln_f(x), self.tp_group), self.wte.weight)
+        return x
+
+
+# ----------------------------------------------------------------------------- parallel layout
+def build_groups(world: int, tp: int, pp: int):
+    """Create every TP, DP, PP and embedding group (all ranks must create all of them, in order)."""
+    dp = world // (tp * pp)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    coord = {"pp": rank // (dp * tp), "dp": (rank // tp) % dp, "tp": rank % tp}
+    groups = {"tp": None, "dp": None, "pp": None, "emb": None}
+    if world == 1:
+        return dp, coord, groups
+    at = lambda p, d, t: (p * dp + d) * tp + t
+    for p in range(pp):
+        for d in range(dp):
+            g = dist.new_group([at(p, d, t) for t in range(tp)])
+            groups["tp"] = g if (p, d) == (coord["pp"], coord["dp"]) else groups["tp"]
+        for t in range(tp):
+            g = dist.new_group([at(p, d, t) for d in range(dp)])
+            groups["dp"] = g if (p, t) == (coord["pp"], coord["tp"]) else groups["dp"]
+    for d in range(dp):
+        for t in range(tp):
+            ranks = [at(p, d, t) for p in range(pp)]
+            g = dist.new_group(ranks)
+            emb = dist.new_group([ranks[0], ranks[-1]]) if pp > 1 else None
+            if (d, t) == (coord["dp"], coord["tp"]):
+                groups["pp"], groups["emb"] = g, emb
+    return dp, coord, groups
+
+
+def stage_layers(layers: int, pp: int, stage: int) -> range:
+    per = layers // pp
+    extra = layers % pp  # earlier stages take the remainder, one layer each
+    start = stage * per + min(stage, extra)
+    return range(start, start + per + (1 if stage < extra else 0))
+
+
+# ----------------------------------------------------------------------------- training
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--ffn", type=int, default=None, help="MLP width (default 4 x hidden)")
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--vocab", type=int, default=50257)
+    p.add_argument("--pad-vocab-to", type=int, default=1,
+                   help="pad the vocabulary to a multiple of this x TP (Megatron uses 128)")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--global-batch", type=int, default=None, help="default: micro-batch x DP (no accumulation)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--checkpoint", action="store_true", help="activation checkpointing of every block")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--lr", type=float, default=1e-4)
+    a = p.parse_args(argv)
+    a.ffn = a.ffn or 4 * a.hidden
+    multiple = a.pad_vocab_to * a.tp
+    a.vocab = -(-a.vocab // multiple) * multiple
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if world > 1:
+        dist.init_process_group(backend)
+    assert world % (a.tp * a.pp) == 0, f"world size {world} is not a multiple of TP x PP = {a.tp * a.pp}"
+    assert a.heads % a.tp == 0, f"{a.heads} heads do not split over TP={a.tp}"
+    dp, coord, groups = build_groups(world, a.tp, a.pp)
+    a.global_batch = a.global_batch or a.micro_batch * dp
+    n_micro = a.global_batch // (a.micro_batch * dp)
+    assert n_micro * a.micro_batch * dp == a.global_batch, "global batch must be micro-batch x DP x microbatches"
+
+    torch.manual_seed(1234 + coord["pp"] * 7 + coord["tp"])
+    stage = coord["pp"]
+    first, last = stage == 0, stage == a.pp - 1
+    with torch.device(device):  # parameters are created where they live, never on the host first
+        model = GPTStage(a, stage_layers(a.layers, a.pp, stage), first, last, groups["tp"], a.tp)
+    if dp > 1:
+        model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None,
+                                        process_group=groups["dp"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+    amp = DTYPES[a.dtype] if a.dtype != "fp32" else None
+    scaler = torch.amp.GradScaler(device.type, enabled=a.dtype == "fp16")
+    autocast = (lambda: torch.autocast(device.type, dtype=amp)) if amp else nullcontext
+    vocab_start = coord["tp"] * (a.vocab // a.tp)
+    loss_fn = lambda logits, y: scaler.scale(vocab_parallel_cross_entropy(logits, y, vocab_start, groups["tp"]))
+
+    schedule = None
+    if a.pp > 1:
+        # Stage boundaries are known up front, so no shape-inference round trip is needed.
+        shape = (a.micro_batch, a.seq)
+        hidden = lambda: torch.zeros(*shape, a.hidden, device=device, requires_grad=True)
+        x_in = torch.zeros(shape, dtype=torch.long, device=device) if first else hidden()
+        logits_dtype = amp or torch.float32  # the LM head runs under autocast; the residual stream stays fp32
+        out = torch.zeros(*shape, a.vocab // a.tp, dtype=logits_dtype, device=device, requires_grad=True) if last \
+            else hidden()
+        pipe = PipelineStage(model, stage, a.pp, device, input_args=(x_in,), output_args=(out,), group=groups["pp"])
+        schedule = Schedule1F1B(pipe, n_micro, loss_fn=loss_fn)
+
+    g = torch.Generator(device="cpu").manual_seed(coord["dp"])
+    model.train()
+    for step in range(a.steps):
+        t0 = time.perf_counter()
+        batch = torch.randint(0, a.vocab, (n_micro * a.micro_batch, a.seq + 1), generator=g).to(device)
+        x, y = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        optimizer.zero_grad(set_to_none=True)
+        losses = []
+        with autocast():
+            if schedule is not None:
+                if first:
+                    schedule.step(x)
+                elif last:
+                    schedule.step(target=y, losses=losses)
+                else:
+                    schedule.step()
+            else:
+                for i, (xm, ym) in enumerate(zip(x.chunk(n_micro), y.chunk(n_micro), strict=True)):
+                    sync = i == n_micro - 1 or not isinstance(model, DistributedDataParallel)
+                    with nullcontext() if sync else model.no_sync():
+                        loss = loss_fn(model(xm), ym) / n_micro
+                        loss.backward()
+                        losses.append(loss.detach())
+        if schedule is not None and not last and scaler.is_enabled():
+            scaler.scale(torch.zeros((), device=device))  # gradients here arrive scaled by the last stage's loss
+        if groups["emb"] is not None and (first or last):  # tied embedding: first and last stage agree
+            wte = (model.module if isinstance(model, DistributedDataParallel) else model).wte.weight
+            dist.all_reduce(wte.grad, group=groups["emb"])
+        scaler.step(optimizer)
+        scaler.update()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if last and coord["tp"] == 0 and coord["dp"] == 0:
+            loss = sum(float(v) for v in losses) / max(scaler.get_scale() if scaler.is_enabled() else 1.0, 1e-30)
+            if schedule is not None:
+                loss /= n_micro
+            print(f"step {step} loss {loss:.4f} time {time.perf_counter() - t0:.3f}s", flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""MLflow tracking and the model registry: log training runs, register versions, move the champion.
+
+    python -m maya_models.registry list [--gpu G]
+    python -m maya_models.registry promote --gpu G [--kind kernels|collectives] [--version V]
+    python -m maya_models.registry rollback --gpu G [--kind kernels|collectives]
+
+Registered models are `maya-kernels-<gpu>` and `maya-collectives-<gpu>` (emulator.settings). The
+`champion` alias is what the emulator loads. `publish` moves it only when the new version beats the
+current champion on the fixed evaluation set (the held-out shape groups, see maya_models.metrics);
+each move is appended to the registered model's `maya.champion_history` tag so `rollback` can go back.
+The store is `emulator.settings.mlflow_tracking_uri()` (SQLite in the warehouse unless
+MLFLOW_TRACKING_URI says otherwise); one experiment per GPU (`maya-<gpu>`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from emulator.settings import (CHAMPION_ALIAS, collective_model_name, kernel_model_name, mlflow_artifact_root,
+                               mlflow_tracking_uri)
+
+HISTORY_TAG = "maya.champion_history"
+KINDS = ("kernels", "collectives")
+PIP_REQUIREMENTS = ["xgboost-cpu>=2.1", "pandas>=2.1", "numpy>=1.26", "scipy"]
+
+
+class RegistryError(RuntimeError):
+    """A registry operation that cannot be done (no such model, nothing to roll back to...)."""
+
+
+def model_name(kind: str, gpu: str) -> str:
+    if kind not in KINDS:
+        raise RegistryError(f"kind must be one of {KINDS}, got {kind!r}")
+    return kernel_model_name(gpu) if kind == "kernels" else collective_model_name(gpu)
+
+
+def client():
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = mlflow_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def experiment_id(gpu: str) -> str:
+    c = client()
+    name = f"maya-{gpu}"
+    exp = c.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    art = Path(mlflow_artifact_root()) / name
+    art.mkdir(parents=True, exist_ok=True)
+    return c.create_experiment(name, artifact_location=art.resolve().as_uri())
+
+
+def log_and_register(kind: str, gpu: str, predictor, *, params: dict, metrics: dict, snapshot: dict,
+                     plots: dict | None = None, importances: dict | None = None, score: float | None = None) -> dict:
+    """One MLflow run: params, data snapshot, per-family metrics, plots, importances, the pyfunc model,
+    registered as a new version of `maya-<kind>-<gpu>`. Returns {run_id, model, version}."""
+    import mlflow
+
+    from maya_models.metrics import scatter_png
+    from maya_models.pyfunc import MayaPredictorModel, model_signature
+
+    client()
+    name = model_name(kind, gpu)
+    with mlflow.start_run(experiment_id=experiment_id(gpu), run_name=f"{kind}-{gpu}") as run:
+        mlflow.set_tags({"maya.kind": kind, "maya.gpu": gpu})
+        mlflow.log_params({k: (json.dumps(v) if isinstance(v, dict | list) else v) for k, v in params.items()})
+        flat = {f"{fam}.{k}": float(v) for fam, st in metrics.items() for k, v in st.items()
+                if isinstance(v, int | float) and v == v}
+        if score is not None:
+            flat["eval_score"] = float(score)
+        mlflow.log_metrics(flat)
+        mlflow.log_dict(snapshot, "data_snapshot.json")
+        mlflow.log_dict(metrics, "metrics_by_family.json")
+        if importances:
+            mlflow.log_dict(importances, "feature_importance.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            for fam, (pred, true) in (plots or {}).items():
+                if len(true):
+                    p = Path(tmp) / f"pred_vs_measured_{fam}.png"
+                    scatter_png(pred, true, f"{gpu} {fam}: held-out shapes", p)
+                    mlflow.log_artifact(str(p), "plots")
+            pdir = predictor.save(Path(tmp) / "predictor")
+            info = mlflow.pyfunc.log_model(name="model", python_model=MayaPredictorModel(),
+                                           artifacts={"predictor": str(pdir)}, signature=model_signature(),
+                                           registered_model_name=name, pip_requirements=PIP_REQUIREMENTS)
+        version = str(info.registered_model_version)
+    c = client()
+    if score is not None:
+        c.set_model_version_tag(name, version, "maya.eval_score", f"{score:.6g}")
+    c.set_model_version_tag(name, version, "maya.run_id", run.info.run_id)
+    return {"run_id": run.info.run_id, "model": name, "version": version}
+
+
+def load_predictor(kind: str, gpu: str, version: str | None = None, alias: str | None = None):
+    """The KernelPredictor / CollectivePredictor of one registered version (or alias)."""
+    import mlflow.pyfunc
+
+    client()
+    name = model_name(kind, gpu)
+    uri = f"models:/{name}@{alias}" if alias else f"models:/{name}/{version}"
+    return mlflow.pyfunc.load_model(uri).unwrap_python_model().predictor
+
+
+def champion_version(kind: str, gpu: str) -> str | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client().get_model_version_by_alias(model_name(kind, gpu), CHAMPION_ALIAS).version)
+    except MlflowException:
+        return None
+
+
+def latest_version(kind: str, gpu: str) -> str | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client().search_model_versions(f"name='{model_name(kind, gpu)}'")
+    except MlflowException:
+        return None
+    return str(max(int(v.version) for v in versions)) if versions else None
+
+
+def _history(kind: str, gpu: str) -> list[str]:
+    rm = client().get_registered_model(model_name(kind, gpu))
+    return json.loads(rm.tags.get(HISTORY_TAG, "[]"))
+
+
+def set_champion(kind: str, gpu: str, version: str) -> None:
+    c = client()
+    name = model_name(kind, gpu)
+    c.get_model_version(name, version)  # raises if the version does not exist
+    c.set_registered_model_alias(name, CHAMPION_ALIAS, version)
+    hist = _history(kind, gpu)
+    if not hist or hist[-1] != str(version):
+        hist.append(str(version))
+    c.set_registered_model_tag(name, HISTORY_TAG, json.dumps(hist))
+
+
+def rollback(kind: str, gpu: str) -> dict:
+    """Move the champion back to the version that held it before the current one."""
+    name = model_name(kind, gpu)
+    hist = _history(kind, gpu)
+    if len(hist) < 2:
+        raise RegistryError(f"{name}: no earlier champion to roll back to (history {hist})")
+    current = hist.pop()
+    c = client()
+    c.set_registered_model_alias(name, CHAMPION_ALIAS, hist[-1])
+    c.set_registered_model_tag(name, HISTORY_TAG, json.dumps(hist))
+    return {"model": name, "from": current, "to": hist[-1]}
+
+
+def gate(kind: str, gpu: str, version: str, score_fn) -> dict:
+    """Promote `version` if it scores lower (better) than the champion; `score_fn(predictor) -> float`."""
+    name = model_name(kind, gpu)
+    champ = champion_version(kind, gpu)
+    new_score = float(score_fn(load_predictor(kind, gpu, version=version)))
+    out = {"model": name, "challenger": str(version), "challenger_score": new_score, "champion_before": champ}
+    if champ is None:
+        set_champion(kind, gpu, version)
+        return {**out, "promoted": True, "reason": "no champion yet", "champion": str(version)}
+    if str(champ) == str(version):
+        return {**out, "promoted": False, "reason": "already champion", "champion": champ}
+    old_score = float(score_fn(load_predictor(kind, gpu, version=champ)))
+    out["champion_score"] = old_score
+    if new_score < old_score:
+        set_champion(kind, gpu, version)
+        return {**out, "promoted": True, "champion": str(version),
+                "reason": f"score {new_score:.3f} < champion's {old_score:.3f}"}
+    return {**out, "promoted": False, "champion": champ,
+            "reason": f"score {new_score:.3f} does not beat champion's {old_score:.3f}"}
+
+
+def list_models(gpu: str | None = None) -> list[dict]:
+    c = client()
+    out = []
+    for rm in c.search_registered_models():
+        if not rm.name.startswith("maya-") or (gpu and not rm.name.endswith(f"-{gpu}")):
+            continue
+        for v in c.search_model_versions(f"name='{rm.name}'"):
+            out.append({"model": rm.name, "version": str(v.version), "aliases": list(v.aliases or []),
+                        "eval_score": v.tags.get("maya.eval_score"), "run_id": v.run_id,
+                        "created": v.creation_timestamp})
+    return sorted(out, key=lambda r: (r["model"], int(r["version"])))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m maya_models.registry", description="maya's MLflow registry")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="registered versions, aliases and scores")
+    ls.add_argument("--gpu")
+    for cmd in ("promote", "rollback"):
+        sp = sub.add_parser(cmd)
+        sp.add_argument("--gpu", required=True)
+        sp.add_argument("--kind", choices=KINDS, default=None, help="default: both")
+        if cmd == "promote":
+            sp.add_argument("--version", help="force this version (skips the gate); default: gate the latest")
+    a = p.parse_args(argv)
+    if a.cmd == "list":
+        rows = list_models(a.gpu)
+        if not rows:
+            print("no maya models registered" + (f" for {a.gpu}" if a.gpu else ""))
+        for r in rows:
+            print(f"{r['model']:<32} v{r['version']:<4} score={r['eval_score'] or '-':<10} "
+                  f"{','.join(r['aliases'])}")
+        return 0
+    kinds = [a.kind] if a.kind else list(KINDS)
+    rc = 0
+    for kind in kinds:
+        try:
+            if a.cmd == "rollback":
+                r = rollback(kind, a.gpu)
+                print(f"{r['model']}: champion v{r['from']} -> v{r['to']}")
+            elif a.version:
+                set_champion(kind, a.gpu, a.version)
+                print(f"{model_name(kind, a.gpu)}: champion -> v{a.version} (forced)")
+            else:
+                from maya_models.train import publish
+
+                r = publish(a.gpu, kind=kind)
+                print(f"{r['model']}: {'promoted' if r['promoted'] else 'kept'} ({r['reason']}); "
+                      f"champion v{r['champion']}")
+        except Exception as e:  # noqa: BLE001 - the CLI reports every failure as a message
+            print(f"{model_name(kind, a.gpu)}: {e}")
+            rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

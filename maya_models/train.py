@@ -1,0 +1,382 @@
+"""Train, evaluate, register and publish predictors for one GPU.
+
+    python -m maya_models.train --gpu h100 [--cross-gpu] [--kind kernels|collectives] [--no-publish]
+
+The functions the Dagster assets call (each returns a metadata dict):
+    train_kernel_predictor(gpu, ...)      one XGBoost model per op family, logged + registered in MLflow
+    train_collective_predictor(gpu, ...)  alpha-beta prior + residual, logged + registered
+    publish(gpu, kind=...)                the champion gate on the fixed evaluation set
+
+Which rows a model learns from:
+- the GPU's own measurements, per family, when there are enough (`MIN_FAMILY_ROWS`);
+- for a family this GPU has no measurements of, the other GPUs' rows of that family with the
+  hardware-spec features (cross-GPU), so e.g. H100 softmax is learned from A100/L4/T4 rows;
+- a GPU with no measurements at all (a new part such as h200) gets a cross-GPU model for every
+  family; `--cross-gpu` forces this even when the GPU has data (to measure generalisation);
+- a GPU with a handful of rows (fewer than `MIN_ROWS`) is refused with the reason: a model fitted
+  on five kernels would look trained and be wrong.
+Held-out rows are whole shape groups (maya_models.metrics); every figure is measured on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import pandas as pd
+
+from emulator.hardware import UnknownGPUError, get_gpu
+from maya_models.collectives import COLLECTIVE_KINDS, CollectivePredictor
+from maya_models.features import collective_columns, featurize
+from maya_models.kernels import KERNEL_KINDS, MAX_LOG_RATIO, NUM_ROUNDS, FamilyModel, KernelPredictor, log_ratio
+from maya_models.metrics import error_stats, eval_mask, is_eval_group, shape_group
+
+MIN_ROWS = 20  # fewer measurements than this on a GPU: refuse (see module docstring)
+MIN_FAMILY_ROWS = 30
+MAX_ROWS_PER_FAMILY = 40_000  # per GPU and family; keeps a default training run in about a minute
+EVAL_ROWS_PER_FAMILY = 3_000  # per GPU and family in the fixed evaluation set
+
+
+class InsufficientDataError(ValueError):
+    """Too few measurements to train a trustworthy predictor; the message says what exists."""
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+def training_rows(root=None, data: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Usable measurements: status ok, positive finite time, no clock drop, a GPU maya knows;
+    repeated measurements of one signature on one GPU collapse to their median."""
+    from maya_models.warehouse import read_measurements
+
+    df = read_measurements(root=root) if data is None else data
+    df = df[df["status"] == "ok"] if "status" in df.columns else df
+    dur = pd.to_numeric(df["duration_s"], errors="coerce")
+    keep = np.isfinite(dur) & (dur > 0)
+    if "clock_drop" in df.columns:
+        keep &= df["clock_drop"].fillna(False).astype(bool).eq(False)
+    df = df[keep].copy()
+    df["duration_s"] = dur[keep]
+    known = {}
+    for g in df["gpu"].unique():
+        try:
+            known[g] = get_gpu(g).key
+        except UnknownGPUError:
+            known[g] = None
+    df["gpu"] = df["gpu"].map(known)
+    df = df[df["gpu"].notna()]
+    if len(df):
+        df["duration_s"] = df.groupby(["gpu", "signature"])["duration_s"].transform("median")
+        df = df.drop_duplicates(["gpu", "signature"])
+    return df.reset_index(drop=True)
+
+
+def _cap(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    return df.sample(n, random_state=0) if len(df) > n else df
+
+
+def _parts(rows: pd.DataFrame, gpus: list[str], family_col: str, family: str, cap: int) -> list[pd.DataFrame]:
+    out = []
+    for g in gpus:
+        sub = rows[(rows["gpu"] == g) & (rows[family_col] == family)]
+        if len(sub):
+            out.append(_cap(sub, cap))
+    return out
+
+
+def _mode(gpu: str, own: pd.DataFrame, cross_gpu: bool, what: str) -> tuple[str, str]:
+    if cross_gpu:
+        return "cross-gpu", "asked for a cross-GPU model"
+    if len(own) == 0:
+        return "cross-gpu", f"no {what} measurements for {gpu}: cross-GPU model from the other parts"
+    if len(own) < MIN_ROWS:
+        raise InsufficientDataError(
+            f"{gpu} has only {len(own)} usable {what} measurements (need at least {MIN_ROWS}); "
+            f"run `make calibrate GPU={gpu}` on that part, or train with --cross-gpu")
+    return "own", f"{len(own)} {what} measurements of {gpu}"
+
+
+def _with_eval_mask(df: pd.DataFrame) -> np.ndarray:
+    return eval_mask(df.reset_index(drop=True))
+
+
+# -- kernels -------------------------------------------------------------------------------------
+
+def _fit_family(family, X, y, groups, trained_on, num_rounds, params) -> FamilyModel:
+    """Trees, unless a calibrated roofline (one constant ratio) does better on a validation split
+    of the training groups: small families with few distinct shapes overfit otherwise."""
+    import zlib
+
+    if len(X) >= 20_000 or len(set(groups)) < 3:
+        return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
+    val = np.array([zlib.crc32(g.encode()) % 5 == 1 for g in groups])
+    if val.all() or not val.any():
+        return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
+    trial = KernelPredictor.fit_family(family, X[~val], y[~val], trained_on, num_rounds, params)
+    e_tree = np.median(np.abs(np.exp(np.clip(trial.log_ratio(X[val]), -MAX_LOG_RATIO, MAX_LOG_RATIO)
+                                     - y[val]) - 1))
+    bias = float(np.median(y[~val]))
+    e_const = np.median(np.abs(np.exp(bias - y[val]) - 1))
+    if e_const < e_tree:
+        return FamilyModel(family, None, list(X.columns), trained_on + " (calibrated roofline)", len(X),
+                           float(np.median(y)))
+    return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
+
+
+def predict_as_measured(predictor, df: pd.DataFrame) -> np.ndarray:
+    """Predict rows measured on several GPUs, each with its own GPU's spec (cross-GPU evaluation)."""
+    out = np.empty(len(df))
+    df = df.reset_index(drop=True)
+    original = predictor.gpu
+    try:
+        for g, idx in df.groupby("gpu").groups.items():
+            predictor.gpu = g
+            out[np.asarray(idx)] = predictor.predict(df.loc[idx]).duration_s.to_numpy()
+    finally:
+        predictor.gpu = original
+    return out
+
+
+def kernel_eval_set(gpu: str, root=None, data=None, cross_gpu: bool = False) -> pd.DataFrame:
+    """The fixed evaluation set: held-out shape groups of this GPU's kernels (other GPUs' if it has none)."""
+    rows = training_rows(root, data)
+    rows = rows[rows["kind"].isin(KERNEL_KINDS)]
+    own = rows[rows["gpu"] == gpu]
+    pool = own if len(own) and not cross_gpu else rows[rows["gpu"] != gpu]
+    pool = pool[_with_eval_mask(pool)] if len(pool) else pool
+    parts = [_cap(g, EVAL_ROWS_PER_FAMILY) for _, g in pool.groupby(["gpu", "family"])]
+    return pd.concat(parts, ignore_index=True) if parts else pool
+
+
+def kernel_scores(predictor, eval_df: pd.DataFrame) -> tuple[float, dict]:
+    """(score, per-family stats): the score is the mean over families of the median APE (lower is better)."""
+    if not len(eval_df):
+        return float("nan"), {}
+    pred = predict_as_measured(predictor, eval_df)
+    stats = {}
+    for fam, idx in eval_df.reset_index(drop=True).groupby("family").groups.items():
+        stats[fam] = error_stats(pred[np.asarray(idx)], eval_df["duration_s"].to_numpy()[np.asarray(idx)])
+    return float(np.mean([s["median_ape"] for s in stats.values()])), stats
+
+
+def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = None, cross_gpu: bool = False,
+                           register: bool = True, num_rounds: int = NUM_ROUNDS, params: dict | None = None,
+                           max_rows_per_family: int = MAX_ROWS_PER_FAMILY) -> dict:
+    """Train (and register) the kernel predictor of `gpu`; returns metadata (metrics per family, version)."""
+    from maya_models.warehouse import snapshot
+
+    t0 = time.time()
+    gpu = get_gpu(gpu).key
+    rows = training_rows(root, data)
+    rows = rows[rows["kind"].isin(KERNEL_KINDS)]
+    own = rows[rows["gpu"] == gpu]
+    mode, why = _mode(gpu, own, cross_gpu, "kernel")
+    others = sorted(set(rows["gpu"]) - {gpu})
+    if mode == "cross-gpu" and not others:
+        raise InsufficientDataError(f"no kernel measurements on any other GPU to build a cross-GPU model for {gpu}")
+    predictor = KernelPredictor(gpu, info={"mode": mode, "why": why})
+    metrics, plots, importances, used = {}, {}, {}, []
+    for fam in sorted(set(rows["family"])):
+        own_f = own[own["family"] == fam]
+        if mode == "own" and len(own_f) >= MIN_FAMILY_ROWS:
+            parts, trained_on = [_cap(own_f, max_rows_per_family)], "own"
+        else:
+            parts = _parts(rows, others, "family", fam, max(max_rows_per_family // max(len(others), 1), 2000))
+            trained_on = "cross-gpu: " + ", ".join(sorted({p["gpu"].iloc[0] for p in parts}))
+        data_f = pd.concat(parts, ignore_index=True) if parts else own_f.iloc[:0]
+        if len(data_f) < MIN_FAMILY_ROWS:
+            continue
+        X = pd.concat([featurize(p, get_gpu(p["gpu"].iloc[0])) for p in parts], ignore_index=True)
+        groups = [shape_group(fam, o, s, d) for o, s, d in zip(data_f["op"], data_f["shapes"], data_f["dtypes"],
+                                                                strict=True)]
+        ev = np.array([is_eval_group(g) for g in groups])
+        if ev.all() or not ev.any():  # too few groups to hold one out: evaluate on a row split instead
+            ev = np.arange(len(data_f)) % 5 == 0
+        y = log_ratio(data_f["duration_s"], X["roofline_s"])
+        model = _fit_family(fam, X[~ev].reset_index(drop=True), y[~ev],
+                            [g for g, e in zip(groups, ev, strict=True) if not e], trained_on, num_rounds, params)
+        predictor.families[fam] = model
+        pred = X["roofline_s"].to_numpy()[ev] * np.exp(np.clip(model.log_ratio(X[ev]), -MAX_LOG_RATIO,
+                                                                MAX_LOG_RATIO))
+        true = data_f["duration_s"].to_numpy()[ev]
+        st = error_stats(pred, true)
+        base = error_stats(X["roofline_s"].to_numpy()[ev], true)
+        metrics[fam] = {**st, "roofline_median_ape": base["median_ape"], "roofline_p90_ape": base["p90_ape"],
+                        "roofline_mape": base["mape"], "train_rows": int((~ev).sum()), "trained_on": model.trained_on}
+        plots[fam] = (pred, true)
+        if model.booster is not None:
+            gain = model.booster.get_score(importance_type="gain")
+            importances[fam] = dict(sorted(gain.items(), key=lambda kv: -kv[1])[:20])
+        used.append(data_f)
+    if not predictor.families:
+        raise InsufficientDataError(f"no op family has {MIN_FAMILY_ROWS}+ kernel measurements for {gpu}")
+    learned_rows = [m for m in metrics.values() if m["n"]]
+    score = float(np.mean([m["median_ape"] for m in learned_rows])) if learned_rows else float("nan")
+    snap = snapshot(pd.concat(used, ignore_index=True))
+    meta = {"gpu": gpu, "kind": "kernels", "mode": mode, "why": why, "families": sorted(predictor.families),
+            "metrics": metrics, "score": score, "snapshot": snap, "train_s": round(time.time() - t0, 1)}
+    if register:
+        from maya_models.registry import log_and_register
+
+        params_log = {"gpu": gpu, "mode": mode, "num_rounds": num_rounds, "xgb_params": params or {},
+                      "max_rows_per_family": max_rows_per_family, "families": sorted(predictor.families)}
+        meta.update(log_and_register("kernels", gpu, predictor, params=params_log, metrics=metrics, snapshot=snap,
+                                     plots=plots, importances=importances, score=score))
+    meta["predictor"] = predictor
+    return meta
+
+
+# -- collectives ---------------------------------------------------------------------------------
+
+# Which source wins when several measured the same collective on the same GPU and group shape.
+# Timing methods differ (nccl-tests wall time vs summed NCCL kernel durations of 3 runs), and the
+# two disagree by several x at small sizes, so rows of one method are kept per (gpu, collective,
+# group_size, nnodes); maya's own benchmarks always win.
+SOURCE_PRIORITY = ("maya-bench", "aiconfigurator", "vtrain", "vidur")
+
+
+def prefer_sources(rows: pd.DataFrame) -> pd.DataFrame:
+    if not len(rows):
+        return rows
+    rows = rows.reset_index(drop=True)
+    cols = collective_columns(rows)
+    rank = rows["source"].map(lambda s: SOURCE_PRIORITY.index(s) if s in SOURCE_PRIORITY else -1)
+    key = rows["gpu"] + "|" + cols["collective"] + "|" + cols["group_size"].astype(str) + "|" + \
+        cols["nnodes"].astype(str)
+    best = rank.groupby(key).transform("min")
+    return rows[rank == best].reset_index(drop=True)
+
+
+def collective_eval_set(gpu: str, root=None, data=None, cross_gpu: bool = False) -> pd.DataFrame:
+    rows = training_rows(root, data)
+    rows = prefer_sources(rows[rows["kind"].isin(COLLECTIVE_KINDS)])
+    own = rows[rows["gpu"] == gpu]
+    pool = own if len(own) and not cross_gpu else rows[rows["gpu"] != gpu]
+    return pool[_with_eval_mask(pool)].reset_index(drop=True) if len(pool) else pool
+
+
+def collective_scores(predictor, eval_df: pd.DataFrame) -> tuple[float, dict]:
+    if not len(eval_df):
+        return float("nan"), {}
+    pred = predict_as_measured(predictor, eval_df)
+    names = collective_columns(eval_df.reset_index(drop=True))["collective"].to_numpy()
+    true = eval_df["duration_s"].to_numpy()
+    stats = {c: error_stats(pred[names == c], true[names == c]) for c in np.unique(names)}
+    return float(np.mean([s["median_ape"] for s in stats.values()])), stats
+
+
+def train_collective_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = None, cross_gpu: bool = False,
+                               register: bool = True) -> dict:
+    """Train (and register) the collective predictor of `gpu`; returns metadata."""
+    from emulator.roofline import roofline_durations
+    from maya_models.warehouse import snapshot
+
+    t0 = time.time()
+    gpu = get_gpu(gpu).key
+    rows = training_rows(root, data)
+    rows = prefer_sources(rows[rows["kind"].isin(COLLECTIVE_KINDS)])
+    own = rows[rows["gpu"] == gpu]
+    mode, why = _mode(gpu, own, cross_gpu, "collective")
+    pool = own if mode == "own" else rows[rows["gpu"] != gpu]
+    if not len(pool):
+        raise InsufficientDataError(f"no collective measurements on any GPU to build a model for {gpu}")
+    pool = pool.reset_index(drop=True)
+    ev = _with_eval_mask(pool)
+    train, test = pool[~ev], pool[ev]
+    parts = [(g.reset_index(drop=True), get_gpu(k)) for k, g in train.groupby("gpu")]
+    trained_on = "own" if mode == "own" else "cross-gpu: " + ", ".join(sorted(train["gpu"].unique()))
+    predictor = CollectivePredictor.fit(gpu, parts, trained_on)
+    predictor.info.update(mode=mode, why=why)
+    score, metrics = collective_scores(predictor, test)
+    plots = {}
+    if len(test):
+        pred = predict_as_measured(predictor, test)
+        names = collective_columns(test.reset_index(drop=True))["collective"].to_numpy()
+        base = np.concatenate([roofline_durations(pd.concat([g, collective_columns(g)[["collective"]]], axis=1),
+                                                  get_gpu(k)) for k, g in test.reset_index(drop=True).groupby("gpu")])
+        order = np.concatenate([np.asarray(i) for _, i in test.reset_index(drop=True).groupby("gpu").groups.items()])
+        baseline = np.empty(len(test))
+        baseline[order] = base
+        true = test["duration_s"].to_numpy()
+        for c in metrics:
+            b = error_stats(baseline[names == c], true[names == c])
+            metrics[c].update(roofline_median_ape=b["median_ape"], roofline_p90_ape=b["p90_ape"],
+                              roofline_mape=b["mape"])
+            plots[c] = (pred[names == c], true[names == c])
+    snap = snapshot(pool)
+    meta = {"gpu": gpu, "kind": "collectives", "mode": mode, "why": why, "metrics": metrics, "score": score,
+            "snapshot": snap, "priors": predictor.priors, "train_s": round(time.time() - t0, 1)}
+    if register:
+        from maya_models.registry import log_and_register
+
+        meta.update(log_and_register("collectives", gpu, predictor, params={"gpu": gpu, "mode": mode},
+                                     metrics=metrics, snapshot=snap, plots=plots, score=score))
+    meta["predictor"] = predictor
+    return meta
+
+
+# -- publishing ----------------------------------------------------------------------------------
+
+def publish(gpu: str, *, kind: str = "kernels", version: str | None = None, root=None,
+            data: pd.DataFrame | None = None) -> dict:
+    """Move `champion` to `version` (default: the latest) only if it beats the champion on the fixed eval set."""
+    from maya_models.registry import RegistryError, gate, latest_version, model_name
+
+    gpu = get_gpu(gpu).key
+    version = version or latest_version(kind, gpu)
+    if version is None:
+        raise RegistryError(f"{model_name(kind, gpu)}: no registered version to publish; train first")
+    if kind == "kernels":
+        eval_df = kernel_eval_set(gpu, root, data)
+        score_fn = lambda p: kernel_scores(p, eval_df)[0]  # noqa: E731
+    else:
+        eval_df = collective_eval_set(gpu, root, data)
+        score_fn = lambda p: collective_scores(p, eval_df)[0]  # noqa: E731
+    out = gate(kind, gpu, version, score_fn)
+    out["eval_rows"] = int(len(eval_df))
+    return out
+
+
+def _print_metrics(meta: dict) -> None:
+    print(f"{meta['kind']} {meta['gpu']} ({meta['why']}); score {meta['score']:.2f}; {meta.get('train_s')} s")
+    print(f"  {'family':<16}{'n':>7}{'median':>9}{'p90':>9}{'MAPE':>9}   roofline median  trained on")
+    for fam, m in sorted(meta["metrics"].items()):
+        print(f"  {fam:<16}{m['n']:>7}{m['median_ape']:>8.1f}%{m['p90_ape']:>8.1f}%{m['mape']:>8.1f}%"
+              f"   {m.get('roofline_median_ape', float('nan')):>8.1f}%       {m.get('trained_on', '')}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m maya_models.train", description=__doc__.splitlines()[0])
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--cross-gpu", action="store_true", help="train only on the other GPUs' measurements")
+    p.add_argument("--kind", choices=("kernels", "collectives"), default=None, help="default: both")
+    p.add_argument("--no-publish", action="store_true", help="register without running the champion gate")
+    p.add_argument("--json", action="store_true", help="print the metadata as JSON")
+    a = p.parse_args(argv)
+    rc = 0
+    for kind in ([a.kind] if a.kind else ["kernels", "collectives"]):
+        fn = train_kernel_predictor if kind == "kernels" else train_collective_predictor
+        try:
+            meta = fn(a.gpu, cross_gpu=a.cross_gpu)
+        except (InsufficientDataError, UnknownGPUError) as e:
+            print(f"{kind} {a.gpu}: not trained: {e}")
+            rc = 1
+            continue
+        meta.pop("predictor")
+        if not a.no_publish:
+            meta["publish"] = publish(a.gpu, kind=kind)
+        if a.json:
+            print(json.dumps(meta, indent=2, default=str))
+        else:
+            _print_metrics(meta)
+            if "version" in meta:
+                pub = meta.get("publish", {})
+                print(f"  registered {meta['model']} v{meta['version']}"
+                      + (f"; {'promoted' if pub.get('promoted') else 'not promoted'} ({pub.get('reason')})"
+                         if pub else ""))
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

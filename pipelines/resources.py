@@ -1,0 +1,58 @@
+"""Partitions and settings shared by every calibration asset.
+
+Partitions are GPU types (maya keys from `emulator.hardware`, plus `cpu` for the local
+processor): one partition's assets must run on a node that has that part, which a fleet
+deployment routes with the `maya/gpu` run tag.
+"""
+
+
+from pathlib import Path
+
+import dagster as dg
+
+from emulator.hardware import known_gpus
+
+GPU_PARTITIONS = dg.StaticPartitionsDefinition(sorted(set(known_gpus()) | {"cpu"}))
+
+# default time budgets (seconds): a default GPU kernel sweep fits in ~8 min; the CPU chain in ~10 min in all
+DEFAULT_KERNEL_BUDGET_S = {"cpu": 200.0, "gpu": 480.0}
+DEFAULT_COLLECTIVE_BUDGET_S = {"cpu": 45.0, "gpu": 120.0}
+
+
+class WarehouseResource(dg.ConfigurableResource):
+    """Where measurements go: `root` or, empty, $MAYA_WAREHOUSE / ./warehouse (emulator.settings)."""
+
+    root: str = ""
+
+    def path(self) -> Path:
+        if self.root:
+            return Path(self.root).resolve()
+        from emulator.settings import warehouse_root
+
+        return warehouse_root()
+
+
+class KernelBenchConfig(dg.Config):
+    """Run config of `kernel_benchmarks` (also what the trace sensor sets)."""
+
+    budget_s: float = 0.0  # 0 = the default for the device type
+    traces: list[str] = []  # emulation output folders whose signatures are benchmarked first
+    sweep: bool = True  # also run the designed sweep
+    chunk_size: int = 12
+    repeats: int = 15
+    max_seconds_per_signature: float = 1.0
+    threads: int = 0  # CPU threads (0 = torch's default)
+    run_id: str = ""  # empty: resume the unfinished calibration of this GPU, else a new id
+
+
+class CollectiveBenchConfig(dg.Config):
+    budget_s: float = 0.0
+    ranks: int = 0  # 0 = 2 on CPU, every local GPU otherwise
+    max_bytes: int = 0  # 0 = 4 MiB on CPU, min(1 GiB, free memory / 8) on a GPU
+    repeats: int = 10
+    size_step: int = 4
+    run_id: str = ""
+
+
+def budget(config_value: float, defaults: dict, gpu: str) -> float:
+    return config_value if config_value > 0 else defaults["cpu" if gpu == "cpu" else "gpu"]

@@ -1,0 +1,196 @@
+"""Published GPU measurements maya is judged against, turned into runnable validation cases.
+
+Two sources, both in the evaluation-only holdout (`$MAYA_SHARED/data/holdout/`, see its README):
+- vTrain (MICRO'24): measured Megatron-DeepSpeed GPT iteration times on A100 SXM nodes of 8 GPUs,
+  `vtrain/data/ground_truth_{single,multi}.csv` (UTF-8 BOM, time in ms). The matching configs use
+  the 1F1B schedule and activation checkpointing; mixed precision (fp16), vocabulary padded to a
+  multiple of 128 x TP as Megatron does.
+- NeuSight (ASPLOS'25): measured end-to-end FP32 training latency of GPT-2-large,
+  `neusight/scripts/asplos/label/<GPU>/gpt2_large-train-<seq>-<batch>[-dp4|-tp4|-pp4_1].json`
+  (`e2e_latency` ms). Batch is the global batch; `pp4_1` is four stages with one micro-batch.
+  The single-GPU numbers are forward + backward only (`e2e = fw + bwall`), without an optimizer step.
+
+Each row becomes a `Case`: the arguments of `examples/validation/megatron_gpt.py` that reproduce it,
+the cluster shape, and the measured time. Nothing here is ever trained or tuned on.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = "examples/validation/megatron_gpt.py"
+
+# NeuSight's directory names -> maya GPU keys (emulator.hardware)
+NEUSIGHT_GPUS = {"NVIDIA_H100_80GB_HBM3": "h100", "NVIDIA_A100-SXM4-40GB": "a100-40gb",
+                 "NVIDIA_A100_80GB_PCIe": "a100-80gb-pcie"}
+GPT2_LARGE = dict(layers=36, hidden=1280, heads=20, vocab=50257)
+VTRAIN_VOCAB = 50257  # Megatron GPT-2 BPE vocabulary
+
+
+class HoldoutMissingError(FileNotFoundError):
+    """The shared holdout folder is not where MAYA_SHARED says; the GPU table cannot be built."""
+
+
+def shared_root() -> Path:
+    """$MAYA_SHARED, else `../shared` next to the repository root."""
+    return Path(os.environ.get("MAYA_SHARED") or REPO_ROOT.parent / "shared").resolve()
+
+
+def holdout_root(shared: Path | None = None) -> Path:
+    root = Path(shared or shared_root()) / "data" / "holdout"
+    if not root.is_dir():
+        raise HoldoutMissingError(
+            f"no holdout measurements at {root}; set MAYA_SHARED to the folder holding data/holdout/")
+    return root
+
+
+@dataclass
+class Case:
+    """One measured configuration and how to reproduce it with the validation program."""
+
+    name: str
+    source: str  # "vtrain-single" | "vtrain-multi" | "neusight"
+    gpu: str  # maya GPU key
+    world_size: int
+    nproc_per_node: int
+    nnodes: int
+    measured_s: float
+    args: list[str]  # arguments of PROGRAM
+    model: dict = field(default_factory=dict)  # layers, hidden, heads, vocab, seq (for baselines)
+    parallel: dict = field(default_factory=dict)  # tp, pp, dp, micro_batch, global_batch
+    dtype: str = "fp16"
+    checkpoint: bool = False
+    note: str = ""
+    program: str = PROGRAM  # relative to the repository root
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _program_args(model: dict, par: dict, dtype: str, checkpoint: bool, attention: str, pad_vocab: int) -> list[str]:
+    args = ["--layers", model["layers"], "--hidden", model["hidden"], "--heads", model["heads"],
+            "--seq", model["seq"], "--vocab", model["vocab"], "--pad-vocab-to", pad_vocab,
+            "--tp", par["tp"], "--pp", par["pp"], "--micro-batch", par["micro_batch"],
+            "--global-batch", par["global_batch"], "--dtype", dtype, "--attention", attention]
+    if checkpoint:
+        args.append("--checkpoint")
+    return [str(a) for a in args]
+
+
+def _num(v: str) -> float:
+    return float(v.strip())
+
+
+def load_vtrain(kind: str = "single", shared: Path | None = None) -> list[Case]:
+    """All rows of vTrain's ground_truth_<kind>.csv as cases (kind: 'single' or 'multi')."""
+    if kind not in ("single", "multi"):
+        raise ValueError(f"vTrain table kind must be 'single' or 'multi', not {kind!r}")
+    path = holdout_root(shared) / "vtrain" / "data" / f"ground_truth_{kind}.csv"
+    if not path.exists():
+        raise HoldoutMissingError(f"{path} is missing")
+    cases = []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        for i, raw in enumerate(csv.DictReader(f)):
+            row = {k.strip(): v for k, v in raw.items() if k}
+            try:
+                gpus = int(_num(row["# GPUs"]))
+                model = dict(layers=int(_num(row["# layers"])), hidden=int(_num(row["hidden size"])),
+                             heads=int(_num(row["attention heads"])), vocab=VTRAIN_VOCAB,
+                             seq=int(_num(row["sequence length"])))
+                par = dict(tp=int(_num(row["tensor parallelism"])), pp=int(_num(row["pipeline parallelism"])),
+                           dp=int(_num(row["data parallelism"])), micro_batch=int(_num(row["micro batch"])),
+                           global_batch=int(_num(row["global batch"])))
+                measured = _num(row["iteration time (ms)"]) / 1e3
+            except (KeyError, ValueError) as e:
+                raise ValueError(f"{path}: row {i + 2} is not a vTrain ground-truth row ({e})") from e
+            if par["tp"] * par["pp"] * par["dp"] != gpus:
+                raise ValueError(f"{path}: row {i + 2}: TP x PP x DP = "
+                                 f"{par['tp'] * par['pp'] * par['dp']} but # GPUs = {gpus}")
+            per_node = min(gpus, 8)
+            cases.append(Case(
+                name=f"vtrain-{kind}-{i:04d}", source=f"vtrain-{kind}", gpu="a100-80gb", world_size=gpus,
+                nproc_per_node=per_node, nnodes=gpus // per_node, measured_s=measured,
+                args=_program_args(model, par, "fp16", True, "sdpa", 128), model=model, parallel=par,
+                dtype="fp16", checkpoint=True,
+                note=f"h{model['hidden']} L{model['layers']} tp{par['tp']} pp{par['pp']} dp{par['dp']} "
+                     f"mb{par['micro_batch']} gb{par['global_batch']}"))
+    return cases
+
+
+_NEUSIGHT_NAME = re.compile(r"^gpt2_large-train-(?P<seq>\d+)-(?P<batch>\d+)(?:-(?P<par>dp4|tp4|pp4_1))?\.json$")
+
+
+def load_neusight(shared: Path | None = None) -> list[Case]:
+    """Every GPT-2-large training measurement of NeuSight (single GPU and 4-GPU dp/tp/pp)."""
+    base = holdout_root(shared) / "neusight" / "scripts" / "asplos" / "label"
+    if not base.is_dir():
+        raise HoldoutMissingError(f"{base} is missing")
+    cases = []
+    for gpu_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+        gpu = NEUSIGHT_GPUS.get(gpu_dir.name)
+        for path in sorted(gpu_dir.glob("gpt2_large-train-*.json")):
+            m = _NEUSIGHT_NAME.match(path.name)
+            if not m or gpu is None:
+                continue
+            with open(path) as f:
+                data = json.load(f)
+            if "e2e_latency" not in data:
+                raise ValueError(f"{path}: no e2e_latency key")
+            seq, batch, kind = int(m["seq"]), int(m["batch"]), m["par"] or "single"
+            n = 1 if kind == "single" else 4
+            par = dict(tp=4 if kind == "tp4" else 1, pp=4 if kind == "pp4_1" else 1, dp=4 if kind == "dp4" else 1,
+                       micro_batch=batch // 4 if kind == "dp4" else batch, global_batch=batch)
+            model = dict(GPT2_LARGE, seq=seq)
+            note = f"gpt2-large b{batch} {kind}"
+            if kind == "single":
+                note += " (measured fwd+bwd, no optimizer step)"
+            cases.append(Case(
+                name=f"neusight-{gpu}-{path.stem}", source="neusight", gpu=gpu, world_size=n, nproc_per_node=n,
+                nnodes=1, measured_s=float(data["e2e_latency"]) / 1e3,
+                args=_program_args(model, par, "fp32", False, "eager", 1), model=model, parallel=par,
+                dtype="fp32", checkpoint=False, note=note))
+    return cases
+
+
+def case_work(c: Case) -> float:
+    """Emulation cost proxy: micro-batches x layers, summed over the distinct pipeline stages.
+
+    Fake tensors make emulation cost independent of the hidden size; it grows with the number
+    of ops, i.e. with layers and micro-batches (DP and TP replicas are deduplicated).
+    """
+    p = c.parallel
+    return p["global_batch"] / (p["micro_batch"] * p["dp"]) * c.model["layers"]
+
+
+def select_vtrain(cases: list[Case], max_cases: int, max_work: float, seed: int = 0) -> list[Case]:
+    """A deterministic, stratified subset of vTrain rows that fits `make validate` on a small CPU box.
+
+    Rows are grouped by parallel layout (#GPUs, TP, PP, DP); from each layout one row whose
+    `case_work` is at most `max_work` is drawn with a fixed seed (so model sizes and batches vary
+    instead of always taking the smallest), and at most `max_cases` layouts are kept, spread
+    round-robin over the GPU counts so 2-, 4- and 8-GPU (or 64-512-GPU) jobs are all represented.
+    """
+    rng = random.Random(seed)
+    layouts: dict[tuple, list[Case]] = {}
+    for c in cases:
+        if case_work(c) <= max_work:
+            p = c.parallel
+            layouts.setdefault((c.world_size, p["tp"], p["pp"], p["dp"]), []).append(c)
+    by_size: dict[int, list[Case]] = {}
+    for key in sorted(layouts):
+        by_size.setdefault(key[0], []).append(rng.choice(sorted(layouts[key], key=lambda c: c.name)))
+    for size in by_size:
+        rng.shuffle(by_size[size])
+    chosen: list[Case] = []
+    while len(chosen) < max_cases and any(by_size.values()):
+        for size in sorted(by_size):
+            if by_size[size] and len(chosen) < max_cases:
+                chosen.append(by_size[size].pop())
+    return sorted(chosen, key=lambda c: c.name)

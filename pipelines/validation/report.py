@@ -1,0 +1,195 @@
+"""The validation report: per-row errors, summaries against the targets, baselines, plots.
+
+Inputs are plain row dicts (one per case, built by `rows_for`), so the same code renders a
+fresh run, a cached one, or a hand-made table in a test. Outputs go to one folder
+(`<warehouse>/validation/` by default), each file written atomically:
+    report.json   every row and summary (what the Dagster asset and other tools read)
+    report.md     the two tables with errors and baselines, and the notes on misses
+    cpu.png, gpu.png   predicted vs measured (log-log) with the +-10% band, maya and baselines
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+
+from emulator.trace.io import write_json
+from pipelines.validation.metrics import meets, pct, rel_error, summarize
+
+CPU_TARGET = ("median_abs", 0.10)  # median |error| <= 10% on the CPU table
+GPU_TARGET = ("mape", 0.10)  # MAPE <= 10% on the GPU table
+ESTIMATES = (("maya", "predicted_s"), ("roofline", "roofline_s"), ("llm-analysis", "llm_analysis_s"))
+
+
+def err_key(label: str) -> str:
+    """Row key of an estimate's signed error: 'maya_error', 'roofline_error', 'llm_analysis_error'."""
+    return label.replace("-", "_") + "_error"
+
+
+def row_for(case, result, llm_analysis_s: float | None = None, llm_analysis_note: str = "") -> dict:
+    """One report row from a Case and a runner RunResult (CPU rows take the measured time from the run)."""
+    measured = result.measured_s if case.source == "cpu" else case.measured_s
+    row = {"name": case.name, "source": case.source, "gpu": case.gpu, "world_size": case.world_size,
+           "nnodes": case.nnodes, "note": case.note, "measured_s": measured, "predicted_s": result.predicted_s,
+           "roofline_s": result.roofline_s, "llm_analysis_s": llm_analysis_s, "oom": result.oom,
+           "coverage": result.coverage, "error": result.error, "llm_analysis_note": llm_analysis_note,
+           "wall_s": result.wall_s}
+    add_errors(row)
+    return row
+
+
+def add_errors(row: dict) -> dict:
+    """Signed relative error of each estimate in the row (None where missing or unmeasured)."""
+    measured = row.get("measured_s")
+    ok = measured is not None and measured == measured and measured > 0  # NaN-safe
+    for label, key in ESTIMATES:
+        row[err_key(label)] = rel_error(row.get(key), measured) if ok else None
+    return row
+
+
+def table_summary(rows: list[dict], target: tuple[str, float]) -> dict:
+    """Summaries of maya and each baseline over `rows`, and whether maya meets `target`."""
+    key, limit = target
+    out = {label: summarize(r.get(err_key(label)) for r in rows) for label, _ in ESTIMATES}
+    out["target"] = {"metric": key, "limit": limit, "met": meets(out["maya"], key, limit)}
+    by_source: dict[str, list[dict]] = {}
+    for r in rows:
+        by_source.setdefault(r["source"], []).append(r)
+    out["by_source"] = {s: summarize(r.get("maya_error") for r in rs) for s, rs in sorted(by_source.items())}
+    return out
+
+
+# ----------------------------------------------------------------------------- rendering
+def _secs(x: float | None) -> str:
+    if x is None or x != x:
+        return "-"
+    return f"{x * 1e3:.1f} ms" if x < 10 else f"{x:.2f} s"
+
+
+def _coverage(row: dict) -> str:
+    cov = row.get("coverage") or {}
+    learned = cov.get("learned")
+    return "-" if learned is None else f"{float(learned) * 100:.0f}%"
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head = ("| case | GPUs | config | measured | maya | error | roofline | error | llm-analysis | error "
+            "| learned | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        status = "OOM" if r.get("oom") else ("failed" if r.get("predicted_s") is None and r.get("error") else "ok")
+        lines.append(f"| {r['name']} | {r['world_size']}x{r['gpu']} | {r['note']} | {_secs(r['measured_s'])} "
+                     f"| {_secs(r['predicted_s'])} | {pct(r['maya_error'], True)} | {_secs(r['roofline_s'])} "
+                     f"| {pct(r['roofline_error'], True)} | {_secs(r['llm_analysis_s'])} "
+                     f"| {pct(r['llm_analysis_error'], True)} | {_coverage(r)} | {status} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def markdown_summary(summary: dict) -> str:
+    t = summary["target"]
+    lines = ["| estimate | rows scored | MAPE | median abs error | max abs error | median signed |",
+             "|---|---|---|---|---|---|"]
+    for label, _ in ESTIMATES:
+        s = summary[label]
+        lines.append(f"| {label} | {s['scored']}/{s['n']} | {pct(s['mape'])} | {pct(s['median_abs'])} "
+                     f"| {pct(s['max_abs'])} | {pct(s['bias'], True)} |")
+    verdict = {True: "**met**", False: "**missed**", None: "**not scored**"}[t["met"]]
+    lines.append(f"\nTarget: maya {t['metric'].replace('_', ' ')} <= {t['limit'] * 100:.0f}%: {verdict}.")
+    if summary.get("by_source"):
+        lines.append("\nmaya by source: " + "; ".join(
+            f"{s}: MAPE {pct(v['mape'])} ({v['scored']}/{v['n']})" for s, v in summary["by_source"].items()))
+    return "\n".join(lines) + "\n"
+
+
+def failures(rows: list[dict]) -> str:
+    bad = [r for r in rows if r.get("error")]
+    if not bad:
+        return ""
+    out = ["\nRows with problems (first lines of the error):\n"]
+    for r in bad:
+        msg = " ".join(str(r["error"]).split())[:400]
+        out.append(f"- `{r['name']}`: {msg}")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(report: dict) -> str:
+    parts = ["# maya validation\n", f"Generated {report['generated_at']} on {report['machine']}.\n"]
+    for key, title in (("cpu", "CPU: real runs here vs `maya predict --gpu cpu`"),
+                       ("gpu", "GPU: published measurements vs `maya emulate` + `maya simulate`")):
+        section = report.get(key)
+        parts.append(f"\n## {title}\n")
+        if section is None:
+            parts.append("Not run.\n")
+            continue
+        if section.get("skipped"):
+            parts.append(f"Skipped: {section['skipped']}\n")
+            continue
+        parts.append(section.get("preamble", "") + "\n")
+        parts.append(markdown_table(section["rows"]))
+        parts.append("\n" + markdown_summary(section["summary"]))
+        parts.append(failures(section["rows"]))
+        if section.get("plot"):
+            parts.append(f"\n![{key}]({section['plot']})\n")
+    if report.get("notes"):
+        parts.append("\n## Notes\n\n" + "\n".join(f"- {n}" for n in report["notes"]) + "\n")
+    return "".join(parts)
+
+
+# ----------------------------------------------------------------------------- files
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def plot(rows: list[dict], title: str, path: Path) -> bool:
+    """Predicted vs measured, log-log, maya and baselines, with the +-10% band. False if nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = {label: [(r["measured_s"], r[key]) for r in rows if r.get(key) and r.get(err_key(label)) is not None]
+              for label, key in ESTIMATES}
+    if not any(points.values()):
+        return False
+    fig, ax = plt.subplots(figsize=(6, 5.5))
+    for (label, pts), marker in zip(points.items(), ("o", "s", "^"), strict=True):
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label, alpha=0.8)
+    values = [v for pts in points.values() for p in pts for v in p]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="exact")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, label="+-10%")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured iteration time (s)",
+           ylabel="predicted iteration time (s)", title=title)
+    ax.legend(loc="upper left")
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    _atomic_bytes(path, buf.getvalue())
+    return True
+
+
+def write_report(report: dict, out_dir: Path) -> dict[str, Path]:
+    """Write report.json, report.md and the plots into `out_dir`; returns the paths written."""
+    out_dir = Path(out_dir)
+    written = {}
+    for key, title in (("cpu", "CPU: maya vs measured here"), ("gpu", "GPU: maya vs published measurements")):
+        section = report.get(key)
+        if section and section.get("rows") and plot(section["rows"], title, out_dir / f"{key}.png"):
+            section["plot"] = f"{key}.png"
+            written[f"{key}_plot"] = out_dir / f"{key}.png"
+    write_json(out_dir / "report.json", report)
+    _atomic_bytes(out_dir / "report.md", render_markdown(report).encode())
+    written.update(json=out_dir / "report.json", markdown=out_dir / "report.md")
+    return written

@@ -1,0 +1,266 @@
+"""Run validation cases through maya's own command line and collect what it predicts.
+
+Every case runs as child processes of the `maya` CLI (`python -m emulator.cli ...`), exactly as a
+user would run it, so a crash, hang or OOM in one case is recorded in its row and the rest of the
+validation goes on. Each case has its own folder under `<warehouse>/validation/runs/<name>/`
+holding `case.json`, the emulation/profile output and the CLI log; a finished case whose
+`case.json` matches is reused unless `fresh=True` (validation runs are long; a rerun of the report
+should not redo them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emulator.trace.io import read_json, read_summary, read_traces, write_json
+from pipelines.validation.baselines import BaselineUnavailable, serial_roofline_s, steady_iterations
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MAYA = [sys.executable, "-m", "emulator.cli"]
+
+
+@dataclass
+class RunResult:
+    """What one case produced: maya's prediction (or why there is none) and the roofline baseline."""
+
+    predicted_s: float | None = None
+    roofline_s: float | None = None
+    roofline_method: str = ""  # "simulated" (maya's simulator, analytical durations) or "serial"
+    measured_s: float | None = None  # CPU cases: measured here with `maya profile`
+    oom: bool = False
+    coverage: dict = field(default_factory=dict)  # estimator coverage {learned, fallback}
+    estimator: dict = field(default_factory=dict)
+    emulation_wall_s: float | None = None
+    wall_s: float = 0.0
+    error: str | None = None
+    out: str = ""
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _run(cmd: list[str], log: Path, timeout_s: float, env: dict | None = None) -> int:
+    """Run a CLI command with its output appended to `log`; returns the exit code (124 on timeout)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)  # the CLI and the rank workers it started, nothing else
+            proc.wait()
+            f.write(f"\n[validation] timed out after {timeout_s:.0f}s\n")
+            return 124
+
+
+def _tail(log: Path, n: int = 15) -> str:
+    try:
+        return "".join(log.read_text(errors="replace").splitlines(keepends=True)[-n:]).strip()
+    except OSError:
+        return ""
+
+
+def _prediction(out: Path) -> dict:
+    path = out / "prediction.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} was not written")
+    return read_json(path)
+
+
+def _fill_from_prediction(res: RunResult, out: Path) -> None:
+    pred = _prediction(out)
+    res.predicted_s = pred.get("iteration_time_s")
+    res.oom = bool(pred.get("oom", False))
+    res.estimator = pred.get("estimator") or {}
+    res.coverage = res.estimator.get("coverage") or {}
+    res.emulation_wall_s = pred.get("emulation_wall_s")
+
+
+def _cached(folder: Path, spec: dict) -> RunResult | None:
+    try:
+        if read_json(folder / "case.json") == spec:
+            return RunResult(**read_json(folder / "result.json"))
+    except (OSError, ValueError, TypeError):
+        return None
+    return None
+
+
+def _prepare(folder: Path, spec: dict, fresh: bool) -> RunResult | None:
+    cached = None if fresh else _cached(folder, spec)
+    if cached is not None and cached.error is None:
+        return cached
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    write_json(folder / "case.json", spec)
+    return None
+
+
+def _roofline(res: RunResult, out: Path, gpu: str | None, nproc_per_node: int) -> None:
+    """The roofline baseline: the simulator run with analytical durations only, else a serial sum."""
+    try:
+        from emulator.predict import predict_from_trace
+
+        pred = predict_from_trace(out, gpu=gpu, roofline_only=True, timeline=False, write=False)
+        if pred.get("iteration_time_s"):
+            res.roofline_s, res.roofline_method = float(pred["iteration_time_s"]), "simulated"
+            return
+    except Exception as e:  # noqa: BLE001 - any failure of the optional path falls back to the serial sum
+        res.roofline_method = f"serial (simulated roofline failed: {type(e).__name__}: {e})"[:300]
+    try:
+        res.roofline_s = serial_roofline_s(out, gpu, nproc_per_node)
+        res.roofline_method = res.roofline_method or "serial"
+    except (BaselineUnavailable, FileNotFoundError, KeyError, ValueError) as e:
+        res.error = res.error or f"roofline baseline: {e}"
+
+
+def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 900, fresh: bool = False) -> RunResult:
+    """`maya emulate` the validation program for the case's cluster, then `maya simulate` it."""
+    folder = runs_dir / case.name
+    spec = {"kind": "gpu", "case": case.to_dict(), "iterations": iterations}
+    cached = _prepare(folder, spec, fresh)
+    if cached is not None:
+        return cached
+    out, log = folder / "out", folder / "maya.log"
+    res, t0 = RunResult(out=str(out)), time.perf_counter()
+    program = [str(REPO_ROOT / case.program), *case.args, "--steps", str(iterations + 1)]
+    rc = _run([*MAYA, "emulate", "--gpu", case.gpu, "--nproc-per-node", str(case.nproc_per_node),
+               "--nnodes", str(case.nnodes), "--iterations", str(iterations), "--out", str(out),
+               *emulate_flags(case), *program], log, timeout_s, env={"MAYA_EXCHANGE_TIMEOUT_S": "180"})
+    summary = _summary_or_none(out)
+    if rc != 0 and not (summary or {}).get("oom"):
+        res.error = f"maya emulate exited {rc}: {_tail(log)}"
+    else:
+        rc = _run([*MAYA, "simulate", str(out), "--no-timeline"], log, timeout_s)
+        try:
+            _fill_from_prediction(res, out)
+        except (FileNotFoundError, ValueError) as e:
+            res.error = f"maya simulate exited {rc}: {e}: {_tail(log)}"
+        if summary is not None:
+            _roofline(res, out, case.gpu, case.nproc_per_node)
+    res.wall_s = time.perf_counter() - t0
+    write_json(folder / "result.json", res.to_dict())
+    return res
+
+
+def emulate_flags(case) -> list[str]:
+    """Extra `maya emulate` flags a case needs.
+
+    torch.distributed.pipelining exchanges stage metadata between neighbouring stages as Python
+    objects before the first step; under emulation that needs every stage's rank running at the
+    same time, which rank deduplication (probing ranks in phases) does not give. Pipeline cases of
+    up to MAX_NO_DEDUP ranks are therefore emulated without deduplication; larger ones keep it.
+    """
+    if case.parallel.get("pp", 1) > 1 and case.world_size <= MAX_NO_DEDUP:
+        return ["--no-dedup", "--jobs", str(case.world_size)]
+    return []
+
+
+MAX_NO_DEDUP = 8
+
+
+def _summary_or_none(out: Path) -> dict | None:
+    try:
+        return read_summary(out)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+# ----------------------------------------------------------------------------- CPU: measured here
+def measured_iteration_s(out: Path) -> float:
+    """Iteration time of a `maya profile` run: the summary's measured iterations when present, else
+    the trace's (host gaps + measured op durations, which on the synchronous CPU device add up to the
+    wall time), slowest rank, median over steady-state iterations."""
+    summary = read_summary(out)
+    for key in ("iterations_s", "iteration_times_s", "measured_iterations_s"):
+        values = summary.get(key)
+        if isinstance(values, dict):  # {rank: [seconds per iteration]} -> slowest rank per iteration
+            values = [max(v) for v in zip(*values.values(), strict=False)]
+        if values:
+            return statistics.median(steady_iterations_values(list(values)))
+    per_iteration: dict[int, float] = {}
+    for table in read_traces(out).values():
+        df = table.select(["iteration", "host_gap_s", "duration_s"]).to_pandas().fillna(0.0)
+        for it, t in (df["host_gap_s"] + df["duration_s"]).groupby(df["iteration"]).sum().items():
+            per_iteration[int(it)] = max(per_iteration.get(int(it), 0.0), float(t))
+    if not per_iteration:
+        raise ValueError(f"{out}: the profile recorded no iterations")
+    return statistics.median(per_iteration[i] for i in steady_iterations(list(per_iteration)))
+
+
+def steady_iterations_values(values: list[float]) -> list[float]:
+    return values[1:] if len(values) > 1 else values
+
+
+def run_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float = 900, fresh: bool = False) -> RunResult:
+    """Run the program for real with `maya profile`, then predict it with `maya predict --gpu cpu`."""
+    folder = runs_dir / case.name
+    spec = {"kind": "cpu", "case": case.to_dict(), "iterations": iterations}
+    cached = _prepare(folder, spec, fresh)
+    if cached is not None:
+        return cached
+    log = folder / "maya.log"
+    res, t0 = RunResult(out=str(folder / "predict")), time.perf_counter()
+    program = [str(REPO_ROOT / case.program), *case.args, "--steps", str(iterations + 1)]
+    nproc = ["--nproc-per-node", str(case.world_size)]
+    rc = _run([*MAYA, "profile", *nproc, "--iterations", str(iterations), "--out", str(folder / "profile"),
+               *program], log, timeout_s)
+    try:
+        res.measured_s = measured_iteration_s(folder / "profile")
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        res.error = f"maya profile exited {rc}: {e}: {_tail(log)}"
+    rc = _run([*MAYA, "predict", "--gpu", "cpu", *nproc, "--iterations", str(iterations), "--out",
+               str(folder / "predict"), "--no-timeline", *program], log, timeout_s)
+    try:
+        _fill_from_prediction(res, folder / "predict")
+        _roofline(res, folder / "predict", "cpu", case.world_size)
+    except (FileNotFoundError, ValueError) as e:
+        res.error = res.error or f"maya predict exited {rc}: {e}: {_tail(log)}"
+    res.wall_s = time.perf_counter() - t0
+    write_json(folder / "result.json", res.to_dict())
+    return res
+
+
+def load_average() -> float | None:
+    """1-minute load average, stated beside CPU measurements (other work on the box adds noise)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+# ----------------------------------------------------------------------------- predictors
+def ensure_predictors(gpu: str, runs_dir: Path, timeout_s: float = 3600) -> str | None:
+    """Make sure the registry has champion predictors for `gpu`; returns a problem note or None.
+
+    GPU parts get the default predictors trained from the reference measurements
+    (`python -m maya_models.bootstrap`); the local CPU gets the calibration chain
+    (`python -m pipelines.calibrate --gpu cpu`), which measures this machine. Both are no-ops when
+    champions exist, and run as child processes so their logs land next to the runs.
+    """
+    try:
+        from maya_models.registry import champion_version
+
+        if all(champion_version(kind, gpu) is not None for kind in ("kernels", "collectives")):
+            return None
+    except Exception as e:  # noqa: BLE001 - a broken registry is reported, the commands below say more
+        note = f"registry check for {gpu} failed: {type(e).__name__}: {e}"
+    else:
+        note = None
+    cmd = ([sys.executable, "-m", "pipelines.calibrate", "--gpu", "cpu"] if gpu == "cpu"
+           else [sys.executable, "-m", "maya_models.bootstrap", "--gpu", gpu])
+    log = runs_dir / f"predictors-{gpu}.log"
+    rc = _run(cmd, log, timeout_s)
+    if rc != 0:
+        return f"could not get predictors for {gpu} (`{' '.join(cmd[1:])}` exited {rc}): {_tail(log, 5)}"
+    return note

@@ -1,0 +1,87 @@
+"""Distributed training written the ordinary torchrun way: --mode ddp | fsdp | tp | pp | coll."""
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+p = argparse.ArgumentParser()
+p.add_argument("--mode", default="ddp")
+p.add_argument("--steps", type=int, default=2)
+args = p.parse_args()
+
+rank, world, local_rank = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+use_cuda = torch.cuda.is_available()
+device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+if use_cuda:
+    torch.cuda.set_device(device)
+dist.init_process_group("nccl" if use_cuda else "gloo")
+
+
+def mlp(d=64):
+    return nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+
+if args.mode == "ddp":
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(mlp().to(device), device_ids=[local_rank] if use_cuda else None)
+elif args.mode == "fsdp":
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    model = mlp().to(device)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+elif args.mode == "tp":
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device.type, (world,))
+    model = parallelize_module(mlp().to(device), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+elif args.mode == "coll":
+    x = torch.ones(1024, device=device)
+    dist.all_reduce(x)
+    out = torch.empty(1024 * world, device=device)
+    dist.all_gather_into_tensor(out, x)
+    work = dist.all_reduce(x, async_op=True)
+    work.wait()
+    sub = dist.new_group([0, 1]) if world >= 2 else None
+    if sub is not None and rank in (0, 1):
+        dist.broadcast(x, src=0, group=sub)
+    import torch.distributed._functional_collectives as funcol
+
+    y = funcol.all_reduce(x, "sum", dist.group.WORLD)
+    y = y * 2
+    dist.destroy_process_group()
+    raise SystemExit(0)
+
+if args.mode != "pp":
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=args.mode != "tp")
+    for _ in range(args.steps):
+        x = torch.randn(8, 64, device=device)
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+else:
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    stage_mod = mlp().to(device)
+    stage = PipelineStage(stage_mod, rank, world, device)
+    sched = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lambda out, tgt: out.sum())
+    opt = torch.optim.AdamW(stage_mod.parameters(), lr=1e-3)
+    for _ in range(args.steps):
+        x = torch.randn(8, 64, device=device)
+        if rank == 0:
+            sched.step(x)
+        elif rank == world - 1:
+            sched.step(target=x)
+        else:
+            sched.step()
+        opt.step()
+        opt.zero_grad()
+dist.destroy_process_group()

@@ -1,0 +1,125 @@
+"""Collate: what a user sees when the ranks of a job do not line up, or the trace is not readable."""
+
+import pyarrow.parquet as pq
+import pytest
+
+from emulator.collate import CollateError, HangError, collate, collate_tables
+from emulator.simulate.synthetic import TraceBuilder, ddp_rank, write_job
+from emulator.trace.io import rank_trace_path
+from emulator.trace.schema import TraceSchemaError
+
+
+def _summary(world, nnodes=1):
+    return dict(world_size=world, nnodes=nnodes, nproc_per_node=world // nnodes, gpu="h100")
+
+
+def _ranks_with(colls_by_rank):
+    tables = {}
+    for r, colls in colls_by_rank.items():
+        b = TraceBuilder(r)
+        for op, nbytes in colls:
+            b.kernel("aten::add", [[4, 4], [4, 4]], ["float32"] * 2)
+            b.collective(op, "0", sorted(colls_by_rank), nbytes)
+        tables[r] = b.table()
+    return tables
+
+
+def test_a_rank_that_skips_a_collective_is_a_hang_naming_ranks_group_and_collective():
+    tables = _ranks_with({0: [("c10d::allreduce_", 64), ("c10d::allreduce_", 64)],
+                          1: [("c10d::allreduce_", 64), ("c10d::allreduce_", 64)],
+                          2: [("c10d::allreduce_", 64)]})
+    with pytest.raises(HangError) as e:
+        collate_tables(tables, _summary(3))
+    msg = str(e.value)
+    assert "all_reduce #1" in msg and "group '0'" in msg and "never by ranks [2]" in msg
+    issue = e.value.report.issues[0]
+    assert issue.missing == [2] and issue.issued_by == [0, 1] and issue.collective == "all_reduce"
+
+
+def test_members_issuing_different_collectives_is_reported():
+    tables = _ranks_with({0: [("c10d::allreduce_", 64)], 1: [("c10d::_allgather_base_", 128)]})
+    with pytest.raises(HangError, match=r"ranks \[0\] issued all_reduce of 64 bytes; ranks \[1\] issued all_gather"):
+        collate_tables(tables, _summary(2))
+
+
+def test_unmatched_send_is_reported():
+    tables = {}
+    for r in range(2):
+        b = TraceBuilder(r)
+        if r == 0:
+            b.p2p("c10d::send", 1, 1024)
+            b.p2p("c10d::send", 1, 1024)
+        else:
+            b.p2p("c10d::recv_", 0, 1024)
+        tables[r] = b.table()
+    with pytest.raises(HangError, match="rank 0 sends 2 message.* to rank 1, which receives 1"):
+        collate_tables(tables, _summary(2))
+
+
+def test_matching_job_collates_with_every_rank(tmp_path):
+    out = write_job(tmp_path / "out", {r: ddp_rank(r, 4).table() for r in range(4)})
+    job = collate(out)
+    assert [v.rank for v in job.ranks] == [0, 1, 2, 3] and job.nproc_per_node == 4
+    reshaped = collate(out, nnodes=2)
+    assert reshaped.nproc_per_node == 2 and reshaped.nodes_spanned(range(4)) == 2
+    with pytest.raises(CollateError, match="4 ranks but --nnodes 3"):
+        collate(out, nnodes=3)
+
+
+def test_trace_of_another_schema_version_is_a_clear_error(tmp_path):
+    out = write_job(tmp_path / "out", {0: ddp_rank(0, 1).table()})
+    path = rank_trace_path(out, 0)
+    t = pq.read_table(path)
+    pq.write_table(t.replace_schema_metadata({b"maya.trace_schema_version": b"99"}), path)
+    with pytest.raises(TraceSchemaError, match="trace schema version 99, this maya reads version 1"):
+        collate(out)
+
+
+def test_missing_rank_without_representative_is_a_clear_error(tmp_path):
+    out = write_job(tmp_path / "out", {0: ddp_rank(0, 2).table()}, world_size=2, rank_map={"0": 0})
+    with pytest.raises(CollateError, match="rank 1 has no trace"):
+        collate(out)
+
+
+def test_deduplicated_ranks_are_expanded_with_their_own_groups(tmp_path):
+    dedup = pytest.importorskip("emulator.dedup")
+    del dedup
+    tables = {r: ddp_rank(r, 4).table() for r in range(4)}
+    groups = [{"name": "0", "ranks": [0, 1, 2, 3]}]
+    out = write_job(tmp_path / "out", {0: tables[0]}, world_size=4, rank_map={str(r): 0 for r in range(4)},
+                    groups=groups)
+    job = collate(out)
+    assert [v.rank for v in job.ranks] == [0, 1, 2, 3]
+    assert all(v.rep.rank == 0 for v in job.ranks)
+    assert all(set(v.group.values()) == {"0"} for v in job.ranks)
+
+
+def test_a_deduplicated_3d_job_simulates_exactly_like_the_full_one(tmp_path):
+    pytest.importorskip("emulator.dedup")
+    from emulator.predict import predict_from_trace
+    from emulator.simulate.synthetic import parallel3d_rank
+
+    tp, pp, dp = 2, 2, 2
+    kw = dict(layers_per_stage=1, microbatches=2, hidden=512, tokens=512, iterations=2)
+    tables = {r: parallel3d_rank(r, tp, pp, dp, **kw).table() for r in range(8)}
+    groups = []
+    for d in range(dp):
+        for p in range(pp):
+            groups.append({"name": f"tp{d}.{p}", "ranks": [(d * pp + p) * tp + t for t in range(tp)]})
+        for t in range(tp):
+            groups.append({"name": f"pp{d}.{t}", "ranks": [(d * pp + p) * tp + t for p in range(pp)]})
+    for p in range(pp):
+        for t in range(tp):
+            groups.append({"name": f"dp{p}.{t}", "ranks": [(d * pp + p) * tp + t for d in range(dp)]})
+    full = write_job(tmp_path / "full", tables, nnodes=2, nproc_per_node=4, groups=groups)
+    reps = {0: 0, 2: 2}  # one emulated rank per pipeline stage
+    rank_map = {str(r): (r // tp) % pp * tp for r in range(8)}
+    dedup = write_job(tmp_path / "dedup", {r: tables[r] for r in reps}, nnodes=2, nproc_per_node=4, world_size=8,
+                      groups=groups, rank_map=rank_map)
+    job = collate(dedup)
+    assert {"tp1.1", "dp1.1"} <= set(job.ranks[7].group.values())  # rank 7 = dp 1, stage 1, tp 1
+    assert set(job.ranks[7].peer.values()) == {5}  # its previous stage
+    a = predict_from_trace(full, roofline_only=True)
+    b = predict_from_trace(dedup, roofline_only=True)
+    assert b["iteration_time_s"] == pytest.approx(a["iteration_time_s"], rel=1e-9)
+    assert b["breakdown_s"] == pytest.approx(a["breakdown_s"], rel=1e-9)

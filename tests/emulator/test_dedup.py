@@ -1,0 +1,146 @@
+"""Rank deduplication: which ranks get emulated, where every rank maps, and how traces are expanded."""
+
+import pyarrow as pa
+
+from emulator.dedup import deduplicate, expand_rank, partitions
+from emulator.trace.schema import TRACE_SCHEMA
+
+
+def mesh_groups(shape: tuple[int, ...]) -> list[dict]:
+    """The groups a DeviceMesh of `shape` (row-major ranks) creates: one partition per dimension."""
+    import itertools
+
+    world = 1
+    for s in shape:
+        world *= s
+    groups = [{"name": "0", "ranks": list(range(world))}]
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    for d in range(len(shape)):
+        others = [range(s) for i, s in enumerate(shape) if i != d]
+        for coord in itertools.product(*others):
+            base = sum(c * strides[i] for i, c in zip([i for i in range(len(shape)) if i != d], coord, strict=True))
+            ranks = [base + k * strides[d] for k in range(shape[d])]
+            groups.append({"name": f"d{d}-{len(groups)}", "ranks": ranks})
+    return groups
+
+
+def fake_runner(world, groups, role_of):
+    """run_ranks stand-in: a rank's op_hash is its role; records which ranks were run."""
+    ran = []
+
+    def run(ranks):
+        ran.extend(ranks)
+        return {r: {"ok": True, "op_hash": str(role_of(r)), "groups": groups} for r in ranks}
+
+    return run, ran
+
+
+def test_partitions_of_a_2d_mesh():
+    parts = partitions(mesh_groups((4, 2)), 8)  # dp=4 x tp=2
+    assert [p.size for p in parts] == [2, 4]
+    assert parts[0].groups == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert parts[1].groups == [(0, 2, 4, 6), (1, 3, 5, 7)]
+    assert all(p.complete for p in parts)
+    assert parts[1].position(5) == 2
+
+
+def test_identical_ranks_need_only_a_few_processes():
+    groups = mesh_groups((4, 2))
+    run, ran = fake_runner(8, groups, lambda r: "same")
+    res = deduplicate(8, run)
+    assert sorted(ran) == [0, 1, 6, 7]  # rank 0, the base (7) and one probe per mesh dimension
+    assert res.significant == [False, False]
+    assert all(res.rank_map[r] in ran for r in range(8))
+    assert res.rank_map[0] == 0 and res.rank_map[3] in (1, 6, 7)
+
+
+def test_pipeline_stages_are_distinct_roles():
+    groups = mesh_groups((2, 4))  # dp=2 x pp=4: stage = r % 4
+    run, ran = fake_runner(8, groups, lambda r: f"stage{r % 4}")
+    res = deduplicate(8, run)
+    pp, dp = res.partitions[1], res.partitions[0]
+    assert pp.size == 4 and dp.size == 2
+    assert res.significant == [False, True]
+    for r in range(8):  # every rank maps to an emulated rank of its own stage
+        assert res.rank_map[r] % 4 == r % 4 and res.rank_map[r] in ran
+    assert len(set(ran)) <= 6
+
+
+def test_rank_zero_doing_extra_work_does_not_defeat_dedup():
+    groups = mesh_groups((4, 2))
+    run, ran = fake_runner(8, groups, lambda r: "logger" if r == 0 else "worker")
+    res = deduplicate(8, run)
+    assert len(set(ran)) == 4
+    assert res.rank_map[0] == 0 and all(res.rank_map[r] != 0 for r in range(1, 8))
+
+
+def test_no_process_groups_probes_the_world():
+    run, ran = fake_runner(4, [], lambda r: f"r{r}")
+    res = deduplicate(4, run)  # every rank different: nothing to share
+    assert res.rank_map == {0: 0, 1: 1, 2: 2, 3: 3}
+    run, ran = fake_runner(4, [], lambda r: "same")
+    res = deduplicate(4, run)
+    assert sorted(set(ran)) == [0, 3] and set(res.rank_map.values()) <= {0, 3}
+
+
+def test_1024_ranks_do_not_need_1024_processes():
+    groups = mesh_groups((64, 4, 4))  # dp x pp x tp
+    run, ran = fake_runner(1024, groups, lambda r: f"stage{(r // 4) % 4}")
+    res = deduplicate(1024, run)
+    assert len(set(ran)) <= 8
+    assert all(res.rank_map[r] // 4 % 4 == r // 4 % 4 for r in range(1, 1024))
+
+
+def test_verify_reports_a_rank_whose_work_differs():
+    groups = mesh_groups((4, 2))
+    # rank 5 is odd one out: the probes cannot see it, verification can
+    run, ran = fake_runner(8, groups, lambda r: "odd" if r == 5 else "same")
+    res = deduplicate(8, run, verify=4, seed=3)
+    assert sorted(r for r in ran if r not in (0, 1, 6, 7)) == [2, 3, 4, 5]
+    assert [m["rank"] for m in res.mismatches] == [5]
+    assert res.rank_map[5] == 5  # it keeps its own trace
+
+
+def test_a_failed_rank_stops_the_search():
+    def run(ranks):
+        return {r: ({"ok": False} if r == 0 else {"ok": True, "op_hash": "x", "groups": []}) for r in ranks}
+
+    assert deduplicate(4, run) is None
+
+
+def _rows(rank, rows):
+    cols = {f.name: [] for f in TRACE_SCHEMA}
+    for i, row in enumerate(rows):
+        base = dict(rank=rank, seq=i, iteration=0, kind="collective", op="c10d::allreduce_", stream=0,
+                    group=None, group_ranks=None, peer=None)
+        base.update(row)
+        for f in TRACE_SCHEMA:
+            cols[f.name].append(base.get(f.name))
+    return pa.table(cols, schema=TRACE_SCHEMA)
+
+
+def test_expand_rank_maps_groups_and_peers_of_a_2d_mesh():
+    groups = mesh_groups((2, 4))  # dp=2 x pp=4
+    g = {tuple(x["ranks"]): x["name"] for x in groups}
+    rep = _rows(1, [
+        dict(group=g[(0, 1, 2, 3)], group_ranks=[0, 1, 2, 3], kind="p2p", op="c10d::send", peer=2),  # next stage
+        dict(group=g[(1, 5)], group_ranks=[1, 5]),  # dp all-reduce
+        dict(group="0", group_ranks=list(range(8))),  # world
+        dict(kind="kernel", op="aten::mm"),
+    ])
+    out = expand_rank(rep, 1, 5, groups)
+    assert out.column("rank").to_pylist() == [5] * 4
+    assert out.column("group").to_pylist() == [g[(4, 5, 6, 7)], g[(1, 5)], "0", None]
+    assert out.column("group_ranks").to_pylist() == [[4, 5, 6, 7], [1, 5], list(range(8)), None]
+    assert out.column("peer").to_pylist() == [6, None, None, None]
+    assert out.schema == rep.schema
+    assert expand_rank(rep, 1, 1, groups) is rep
+
+
+def test_expand_rank_without_groups_shifts_peers():
+    rep = _rows(0, [dict(kind="p2p", op="c10d::send", peer=1, group="0", group_ranks=[0, 1, 2, 3])])
+    out = expand_rank(rep, 0, 3, [{"name": "0", "ranks": [0, 1, 2, 3]}])
+    assert out.column("peer").to_pylist() == [0]
+    assert out.column("group_ranks").to_pylist() == [[0, 1, 2, 3]]

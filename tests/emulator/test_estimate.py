@@ -1,0 +1,98 @@
+"""Estimation through the MLflow registry: learned durations, coverage, offline cache, no-model message.
+
+The predictor here is a tiny pyfunc model registered in a temporary MLflow store by the test
+(a fixture standing in for `maya_models`' XGBoost predictors, which honour the same contract).
+"""
+
+import pandas as pd
+import pytest
+
+from emulator.collate import collate_tables
+from emulator.estimate import NoPredictorError, Predictor, estimate, load_predictors
+from emulator.hardware import get_gpu
+from emulator.simulate.synthetic import ddp_rank
+
+H100 = get_gpu("h100")
+
+
+def _job(world=2):
+    return collate_tables({r: ddp_rank(r, world, iterations=2).table() for r in range(world)},
+                          dict(world_size=world, nnodes=1, nproc_per_node=world, gpu="h100"))
+
+
+class _GemmOnly:
+    """Learned for GEMMs (1 ms each), fallback for everything else; counts the rows it is asked about."""
+
+    def __init__(self):
+        self.rows = 0
+
+    def predict(self, df):
+        self.rows += len(df)
+        gemm = df["op"].eq("aten::mm")
+        return pd.DataFrame({"duration_s": [1e-3 if g else 1e-5 for g in gemm],
+                             "source": ["learned" if g else "fallback" for g in gemm]})
+
+
+def test_each_distinct_signature_is_predicted_once_and_coverage_is_by_time():
+    job = _job()
+    model = _GemmOnly()
+    k = Predictor("test kernels", model, H100)
+    c = Predictor("roofline", None, H100)
+    est = estimate(job, H100, k, c)
+    rep = job.ranks[0].rep
+    n_kernels = sum(1 for i, kind in enumerate(rep.kind) if kind == "kernel" and rep.launches[i])
+    assert 0 < model.rows < n_kernels / 4  # 2 ranks x 2 iterations x repeated layers -> a few signatures
+    mm_rows = [i for i, op in enumerate(rep.op) if op == "aten::mm"]
+    assert all(est.durations[0][i] == 1e-3 for i in mm_rows)
+    cov = est.coverage
+    assert cov["learned"] > 0.5 and cov["learned"] + cov["fallback"] == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    mlflow = pytest.importorskip("mlflow")
+    root = tmp_path_factory.mktemp("warehouse")
+    env = pytest.MonkeyPatch()
+    env.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # file store: SQLite migrations would add ~10 s
+    env.setenv("MAYA_WAREHOUSE", str(root))
+    env.setenv("MLFLOW_TRACKING_URI", (root / "mlruns").as_uri())
+    env.setenv("MAYA_MODEL_CACHE", str(root / "cache"))
+    mlflow.set_tracking_uri((root / "mlruns").as_uri())
+    mlflow.set_registry_uri((root / "mlruns").as_uri())
+
+    class Flat(mlflow.pyfunc.PythonModel):
+        def predict(self, context, model_input, params=None):
+            import pandas as pd
+
+            return pd.DataFrame({"duration_s": [2e-5] * len(model_input), "source": ["learned"] * len(model_input)})
+
+    client = mlflow.MlflowClient()
+    for name in ("maya-kernels-h100", "maya-collectives-h100"):
+        with mlflow.start_run():
+            info = mlflow.pyfunc.log_model(name="model", python_model=Flat(), registered_model_name=name,
+                                           pip_requirements=["mlflow", "pandas"])
+        client.set_registered_model_alias(name, "champion", info.registered_model_version)
+    yield root
+    env.undo()
+
+
+def test_registered_champions_are_loaded_cached_and_used(registry, monkeypatch):
+    k, c = load_predictors(H100)
+    assert k.label.startswith("models:/maya-kernels-h100@champion")
+    est = estimate(_job(), H100, k, c)
+    assert est.coverage["learned"] == pytest.approx(1.0)
+    assert (registry / "cache" / "maya-kernels-h100" / "v1" / "MLmodel").exists()
+    # offline: the registry is gone, the cached copy answers
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9/unreachable")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    k2, _ = load_predictors(H100)
+    assert "cached copy" in k2.label
+
+
+def test_no_predictor_for_the_gpu_says_how_to_get_one(registry):
+    with pytest.raises(NoPredictorError) as e:
+        load_predictors(get_gpu("l40s"))
+    msg = str(e.value)
+    assert "maya-kernels-l40s" in msg and "make calibrate GPU=l40s" in msg
+    assert "python -m maya_models.train --gpu l40s --cross-gpu" in msg and "--roofline-only" in msg

@@ -1,0 +1,104 @@
+"""`maya simulate OUT`: re-targeting a saved trace, cluster files, and the errors a user can act on."""
+
+import json
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from emulator.cli import app
+from emulator.predict import predict_from_trace, simulate_command
+from emulator.simulate.synthetic import TraceBuilder, ddp_rank, write_job
+
+
+@pytest.fixture
+def out16(tmp_path):
+    return write_job(tmp_path / "out", {r: ddp_rank(r, 16, async_op=False).table() for r in range(16)},
+                     nnodes=2, nproc_per_node=8)
+
+
+def test_resimulating_on_another_gpu_changes_the_time(out16):
+    h100 = predict_from_trace(out16, roofline_only=True)
+    a100 = predict_from_trace(out16, gpu="a100-80gb", roofline_only=True)
+    assert h100["gpu"] == "h100" and a100["gpu"] == "a100-80gb"
+    assert a100["iteration_time_s"] > 2 * h100["iteration_time_s"]
+    assert a100["cost_per_iteration_usd"] != h100["cost_per_iteration_usd"]
+
+
+def test_cluster_file_changes_internode_collective_time(out16, tmp_path):
+    slow = tmp_path / "slow.toml"
+    slow.write_text("internode_bandwidth_GBps = 5\n")
+    base = predict_from_trace(out16, roofline_only=True)
+    slow_net = predict_from_trace(out16, cluster=slow, roofline_only=True)
+    assert slow_net["cluster"]["internode_bandwidth_GBps"] == 5
+    assert slow_net["breakdown_s"]["communication"] > 5 * base["breakdown_s"]["communication"]
+    assert slow_net["breakdown_s"]["compute"] == pytest.approx(base["breakdown_s"]["compute"])
+    # the same 16 ranks on one 16-GPU node never touch the network
+    one_node = tmp_path / "one.json"
+    one_node.write_text(json.dumps({"nnodes": 1, "gpus_per_node": 16, "internode_bandwidth_GBps": 5}))
+    inside = predict_from_trace(out16, cluster=one_node, roofline_only=True)
+    assert inside["breakdown_s"]["communication"] < base["breakdown_s"]["communication"]
+
+
+def test_bad_cluster_file_and_layout_are_clear_errors(out16, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"internode_bandwith_GBps": 5}))
+    c = Console(record=True, width=200)
+    r = simulate_command(out16, cluster=bad, roofline_only=True, console=c)
+    assert r["ok"] is False and "unknown keys ['internode_bandwith_GBps']" in c.export_text()
+    r = simulate_command(out16, nnodes=3, roofline_only=True, console=c)
+    assert r["ok"] is False and "16 ranks but --nnodes 3" in r["error"]
+
+
+def test_no_predictors_tells_how_to_get_them(out16, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    monkeypatch.setenv("MAYA_MODEL_CACHE", str(tmp_path / "empty-cache"))
+    c = Console(record=True, width=200)
+    r = simulate_command(out16, console=c)
+    text = c.export_text()
+    assert r["ok"] is False
+    assert "no predictors registered for GPU 'h100'" in text and "make calibrate GPU=h100" in text
+    assert not (out16 / "prediction.json").exists()
+
+
+def test_cli_simulate_and_hang_exit_codes(tmp_path):
+    runner = CliRunner()
+    good = write_job(tmp_path / "good", {r: ddp_rank(r, 2).table() for r in range(2)})
+    res = runner.invoke(app, ["simulate", str(good), "--roofline-only", "--gpu", "a100", "--no-timeline"])
+    assert res.exit_code == 0, res.output
+    assert "iteration time" in res.output and not (good / "timeline.json").exists()
+    assert json.loads((good / "prediction.json").read_text())["gpu"] == "a100-80gb"
+    tables = {}
+    for r in range(2):
+        b = TraceBuilder(r)
+        for _ in range(2 - r):
+            b.collective("c10d::allreduce_", "0", [0, 1], 1024)
+        tables[r] = b.table()
+    hung = write_job(tmp_path / "hung", tables)
+    res = runner.invoke(app, ["simulate", str(hung), "--roofline-only"])
+    assert res.exit_code == 1
+    assert "would hang" in res.output and "never by ranks [1]" in res.output
+    pred = json.loads((hung / "prediction.json").read_text())
+    assert pred["iteration_time_s"] is None and pred["hang"]["issues"][0]["missing"] == [1]
+
+
+def test_host_gap_scale_models_a_faster_host(tmp_path):
+    tables = {}
+    for r in range(2):
+        b = TraceBuilder(r, host_gap_s=1e-3)  # a host-bound program: 1 ms of Python per tiny kernel
+        for it in range(3):
+            b.iteration = it
+            for _ in range(10):
+                b.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
+            b.collective("c10d::allreduce_", "0", [0, 1], 4096)
+        tables[r] = b.table()
+    out = write_job(tmp_path / "out", tables)
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps({"host_gap_scale": 0.1}))
+    base = predict_from_trace(out, roofline_only=True)
+    quick = predict_from_trace(out, cluster=fast, roofline_only=True)
+    assert base["iteration_time_s"] == pytest.approx(11e-3, rel=0.05)  # 11 host gaps of 1 ms
+    assert quick["iteration_time_s"] == pytest.approx(base["iteration_time_s"] / 10, rel=0.2)
+    assert quick["breakdown_s"]["host"] < base["breakdown_s"]["host"] / 5

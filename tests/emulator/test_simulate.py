@@ -1,0 +1,113 @@
+"""The discrete-event simulator: the timing effects a user relies on fall out of the trace."""
+
+import numpy as np
+import pytest
+
+from emulator.collate import collate_tables
+from emulator.estimate import estimate, load_predictors
+from emulator.hardware import get_gpu
+from emulator.simulate import simulate
+from emulator.simulate.analysis import timing
+from emulator.simulate.synthetic import TraceBuilder, ddp_rank, parallel3d_job
+
+H100 = get_gpu("h100")
+
+
+def _summary(world, nnodes=1):
+    return dict(world_size=world, nnodes=nnodes, nproc_per_node=world // nnodes, gpu="h100")
+
+
+def _run(job, spec=H100):
+    k, c = load_predictors(spec, roofline_only=True)
+    est = estimate(job, spec, k, c)
+    res = simulate(job, est.durations)
+    assert res.hang is None
+    return res, timing(res, 4e-6)
+
+
+def test_async_allreduce_overlaps_backward_and_beats_sync():
+    sync = collate_tables({r: ddp_rank(r, 4, async_op=False).table() for r in range(4)}, _summary(4))
+    asyn = collate_tables({r: ddp_rank(r, 4, async_op=True).table() for r in range(4)}, _summary(4))
+    _, ts = _run(sync)
+    _, ta = _run(asyn)
+    assert ta.iteration_time_s < 0.95 * ts.iteration_time_s
+    # sync: every byte of communication is exposed; async: most of it hides behind the backward
+    assert ts.breakdown_s["exposed_communication"] == pytest.approx(ts.breakdown_s["communication"], rel=1e-6)
+    assert ta.breakdown_s["exposed_communication"] < 0.5 * ta.breakdown_s["communication"]
+    parts = ta.breakdown_s["compute"] + ta.breakdown_s["exposed_communication"] + ta.breakdown_s["idle"]
+    assert parts == pytest.approx(ta.iteration_time_s, rel=1e-3)
+
+
+def test_recorded_waits_join_where_they_are_issued():
+    waited = collate_tables({r: ddp_rank(r, 2, record_waits=True).table() for r in range(2)}, _summary(2))
+    res, _ = _run(waited)
+    rep = waited.ranks[0].rep
+    first_adam = rep.op.index("aten::_fused_adamw_")
+    last_coll = max(i for i in rep.comm_rows if i < first_adam)
+    assert res.start[0][first_adam] >= res.end[0][last_coll]
+
+
+def test_pipeline_stages_wait_for_activations_and_leave_bubbles():
+    job = parallel3d_job(tp=1, pp=2, dp=1, gpus_per_node=2, layers_per_stage=2, microbatches=4, hidden=1024,
+                         tokens=2048, iterations=2)
+    res, t = _run(job)
+    rep1 = job.ranks[1].rep
+    first_kernel_1 = next(i for i, k in enumerate(rep1.kind) if k == "kernel")
+    recv0 = rep1.comm_rows[0]
+    assert res.start[1][first_kernel_1] >= res.end[1][recv0] > 0
+    # GPipe with M=4 micro-batches on P=2 stages: about (M+P-1)/M of the compute, the rest is bubble
+    assert t.breakdown_s["idle"] > 0.1 * t.iteration_time_s
+    ratio = t.iteration_time_s / t.breakdown_s["compute"]
+    assert 1.1 < ratio < 1.6
+
+
+def test_event_wait_orders_streams_and_stream_sync_blocks_the_host():
+    def prog(with_wait):
+        b = TraceBuilder(0)
+        b.kernel("aten::mm", [[8192, 8192], [8192, 8192]], ["bfloat16"] * 2, stream=1)
+        b.record(7, stream=1)
+        if with_wait:
+            b.wait_event(7, stream=0)
+        b.kernel("aten::add", [[16, 16], [16, 16]], ["bfloat16"] * 2, stream=0)
+        b.sync(stream=0)
+        b.kernel("aten::add", [[16, 16], [16, 16]], ["bfloat16"] * 2, stream=0)
+        return collate_tables({0: b.table()}, _summary(1))
+
+    for with_wait in (True, False):
+        job = prog(with_wait)
+        res, _ = _run(job)
+        kind, s, e = job.ranks[0].rep.kind, res.start[0], res.end[0]
+        mm, add = 0, kind.index("kernel", 1)
+        if with_wait:
+            assert s[add] >= e[mm]
+        else:
+            assert s[add] < e[mm]
+        last = len(kind) - 1
+        assert s[last] >= e[add]  # the host waited for stream 0 before launching it
+
+
+def test_p2p_exchange_in_both_directions_does_not_deadlock():
+    tables = {}
+    for r in range(2):
+        b = TraceBuilder(r)
+        b.kernel("aten::mm", [[1024, 1024], [1024, 1024]], ["bfloat16"] * 2)
+        b.p2p("c10d::send", 1 - r, 1 << 20, async_op=True)
+        b.p2p("c10d::recv_", 1 - r, 1 << 20, async_op=True)
+        b.kernel("aten::add", [[1024, 1024], [1024, 1024]], ["bfloat16"] * 2)
+        tables[r] = b.table()
+    job = collate_tables(tables, _summary(2))
+    res, _ = _run(job)
+    # the two ends of each message run together
+    assert res.start[0][1] == res.start[1][2] and res.end[0][1] == res.end[1][2]
+    assert res.start[0][3] >= res.end[0][2]  # the add consumes the received buffer
+
+
+def test_1024_rank_3d_parallel_iteration_simulates_quickly():
+    job = parallel3d_job(tp=8, pp=4, dp=32, layers_per_stage=1, microbatches=2, hidden=1024, tokens=1024,
+                         iterations=2)
+    res, t = _run(job)
+    assert len(res.end) == 1024 and t.iteration_time_s > 0
+    assert res.wall_s < 20
+    # every rank of a stage follows the same schedule
+    stage0 = [v.rank for v in job.ranks if (v.rank // 8) % 4 == 0]
+    assert np.allclose(res.end[stage0[0]], res.end[stage0[-1]])

@@ -1,0 +1,87 @@
+"""The committed reference data and the one feature function shared by traces and measurements."""
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from emulator.hardware import get_gpu
+from emulator.trace.schema import TRACE_SCHEMA
+from maya_models.features import collective_features, featurize
+from maya_models.reference import load_reference, reference_datasets, reference_dir
+from maya_models.schema import MEASUREMENT_COLUMNS
+
+
+def test_committed_reference_is_complete_and_compact():
+    names = reference_datasets()
+    assert {"aiconfigurator_gemm", "aiconfigurator_attention", "aiconfigurator_nccl", "vidur_compute",
+            "vidur_network", "neusight_kernels", "vtrain_allreduce"} <= set(names)
+    assert sum(p.stat().st_size for p in reference_dir().glob("*.parquet")) <= 15 * 2**20
+    assert (reference_dir() / "PROVENANCE.md").exists()
+    df = load_reference(["aiconfigurator_nccl", "vtrain_allreduce"])
+    assert list(df.columns) == MEASUREMENT_COLUMNS
+    assert (df["duration_s"] > 0).all() and (df["status"] == "ok").all()
+    assert "h200" not in set(load_reference(["aiconfigurator_gemm"])["gpu"])  # the holdout part stays out
+
+
+def test_reference_uses_the_emulator_op_signature():
+    gemm = load_reference(["aiconfigurator_gemm"], gpu="h100")
+    r = gemm[(gemm["op"] == "aten::mm")].iloc[0]
+    (m, k), (k2, n) = r["shapes"]
+    assert k == k2 and [list(s) for s in r["strides"]] == [[k, 1], [1, k]]  # Linear: W^T visible in strides
+    nccl = load_reference(["aiconfigurator_nccl"], gpu="h100")
+    ar = nccl[nccl["op"] == "c10d::allreduce_"].iloc[0]
+    assert ar["coll_bytes"] == 2 * ar["shapes"][0][0]  # half elements -> bytes, nccl-tests convention
+    ag = nccl[nccl["op"] == "c10d::_allgather_base_"].iloc[0]
+    assert ag["coll_bytes"] == 2 * ag["shapes"][0][0] and ag["shapes"][1][0] * ag["group_size"] == ag["shapes"][0][0]
+    neu = load_reference(["neusight_kernels"], gpu="t4")
+    bmm = neu[neu["op"] == "aten::bmm"].iloc[0]
+    assert bmm["shapes"][0][2] == bmm["shapes"][1][1]  # N is the reduction dim in NeuSight's bmm
+
+
+def _trace_row(meas: pd.Series) -> dict:
+    """The same signature as the emulator writes it: list columns as JSON, plus trace-only columns."""
+    row = {c: None for c in TRACE_SCHEMA.names}
+    row.update(rank=3, seq=17, iteration=1, kind="kernel", op=meas["op"], stream=0, module="layers.0.mlp",
+               phase="backward", flops=123.0, bytes=456.0)  # flops/bytes as recorded are not trusted features
+    for c in ("shapes", "strides", "out_shapes"):
+        row[c] = json.dumps([[int(x) for x in s] for s in meas[c]])
+    for c in ("dtypes", "out_dtypes"):
+        row[c] = json.dumps(list(meas[c]))
+    row["args"] = meas["args"]
+    return row
+
+
+def test_trace_row_and_measurement_row_get_identical_features():
+    meas = pd.concat([load_reference(["aiconfigurator_gemm"], gpu="h100").head(3),
+                      load_reference(["aiconfigurator_attention"], gpu="h100").head(2),
+                      load_reference(["neusight_kernels"], gpu="l4").head(3)], ignore_index=True)
+    trace = pd.DataFrame([_trace_row(r) for _, r in meas.iterrows()])
+    spec = get_gpu("h100")
+    a, b = featurize(meas, spec), featurize(trace, spec)
+    pd.testing.assert_frame_equal(a, b)
+    assert np.isfinite(a.values).all()
+
+
+def test_features_see_transposes_and_hardware():
+    x = pd.DataFrame([{"op": "aten::mm", "shapes": [[4096, 1024], [1024, 512]], "dtypes": ["bfloat16"] * 2,
+                       "strides": [[1024, 1], [1, 1024]], "args": "{}", "out_shapes": [[4096, 512]],
+                       "out_dtypes": ["bfloat16"]},
+                      {"op": "aten::mm", "shapes": [[4096, 1024], [1024, 512]], "dtypes": ["bfloat16"] * 2,
+                       "strides": [[1, 4096], [512, 1]], "args": "{}", "out_shapes": [[4096, 512]],
+                       "out_dtypes": ["bfloat16"]}])
+    h100, h200 = featurize(x, get_gpu("h100")), featurize(x, get_gpu("h200"))
+    assert h100["b_transposed"].tolist() == [1.0, 0.0] and h100["a_transposed"].tolist() == [0.0, 1.0]
+    assert h100["flops"].iloc[0] == 2 * 4096 * 1024 * 512
+    assert h200["hw_hbm_bw"].iloc[0] > h100["hw_hbm_bw"].iloc[0]  # an unseen part differs only in its specs
+    assert (h100["m"] == 4096).all() and (h100["tiles"] == 32 * 4).all()
+
+
+def test_collective_features_know_topology():
+    df = pd.DataFrame([{"kind": "collective", "op": "c10d::allreduce_", "coll_bytes": 2**20, "group_size": 8,
+                        "nnodes": 1, "gpus_per_node": 8},
+                       {"kind": "collective", "op": "c10d::allreduce_", "coll_bytes": 2**20, "group_size": 16,
+                        "nnodes": 2, "gpus_per_node": 8}])
+    f = collective_features(df, get_gpu("h100"))
+    assert f["hw_link_bw"].iloc[0] > f["hw_link_bw"].iloc[1]  # NVLink inside, NIC between nodes
+    assert f["steps"].tolist() == [14.0, 30.0]

@@ -1,0 +1,122 @@
+"""Training, the MLflow registry, the champion gate and the emulator-facing predict contract.
+
+Uses a temp warehouse and a temp SQLite MLflow store, and small slices of the committed reference.
+"""
+
+import json
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from maya_models.reference import load_reference
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("maya")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MAYA_WAREHOUSE", str(root / "warehouse"))
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        yield root
+
+
+@pytest.fixture(scope="module")
+def data():
+    gemm = load_reference(["aiconfigurator_gemm"])
+    gemm = gemm[gemm["dtypes"].map(lambda d: d[0]) == "bfloat16"]
+    parts = [gemm[gemm["gpu"] == g].sample(n, random_state=0) for g, n in (("h100", 1500), ("a100-80gb", 600))]
+    attn = load_reference(["aiconfigurator_attention"], gpu="h100").sample(300, random_state=0)
+    nccl = load_reference(["aiconfigurator_nccl"])
+    nccl = nccl[nccl["gpu"].isin(["h100", "a100-80gb"])]
+    return pd.concat(parts + [attn, nccl], ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def trained(store, data):
+    from maya_models.train import publish, train_collective_predictor, train_kernel_predictor
+
+    k = train_kernel_predictor("h100", data=data, num_rounds=40)
+    kp = publish("h100", kind="kernels", data=data)
+    c = train_collective_predictor("h100", data=data)
+    cp = publish("h100", kind="collectives", data=data)
+    return {"kernels": k, "kernels_publish": kp, "collectives": c, "collectives_publish": cp}
+
+
+def _trace_rows():
+    mm = {"kind": "kernel", "op": "aten::mm", "shapes": json.dumps([[4096, 4096], [4096, 14336]]),
+          "dtypes": json.dumps(["bfloat16", "bfloat16"]), "strides": json.dumps([[4096, 1], [1, 4096]]),
+          "args": "{}", "out_shapes": json.dumps([[4096, 14336]]), "out_dtypes": json.dumps(["bfloat16"]),
+          "flops": 2.0 * 4096 * 4096 * 14336, "bytes": 1.5e8, "rank": 0, "seq": 5}
+    adam = {**mm, "op": "aten::_fused_adamw_", "shapes": json.dumps([[1024], [1024], [1024], [1024]]),
+            "dtypes": json.dumps(["float32"] * 4), "strides": "[]", "out_shapes": "[]", "out_dtypes": "[]",
+            "flops": None, "bytes": None}
+    custom = {**mm, "op": "mylib::fused_thing", "shapes": "[]", "dtypes": "[]", "strides": "[]",
+              "out_shapes": "[]", "out_dtypes": "[]", "flops": 0.0, "bytes": 4096.0}
+    ar = {**mm, "kind": "collective", "op": "c10d::allreduce_", "shapes": json.dumps([[2**20]]),
+          "dtypes": json.dumps(["bfloat16"]), "collective": "all_reduce", "coll_bytes": 2**21, "group_size": 8,
+          "nnodes": 1, "gpus_per_node": 8}
+    return pd.DataFrame([mm, adam, custom, ar])
+
+
+def test_training_reports_held_out_metrics_and_registers(trained):
+    k = trained["kernels"]
+    assert k["mode"] == "own" and k["version"] == "1"
+    assert set(k["metrics"]) == {"gemm", "attention_fwd"}
+    g = k["metrics"]["gemm"]
+    assert g["n"] > 0 and g["median_ape"] < g["roofline_median_ape"]  # learned beats the datasheet roofline
+    assert trained["kernels_publish"]["promoted"] and trained["collectives_publish"]["promoted"]
+    run = mlflow.get_run(k["run_id"])
+    assert "gemm.median_ape" in run.data.metrics and run.data.params["gpu"] == "h100"
+    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(k["run_id"])}
+    assert {"data_snapshot.json", "plots", "feature_importance.json"} <= arts
+
+
+def test_champion_predict_contract(trained):
+    model = mlflow.pyfunc.load_model("models:/maya-kernels-h100@champion")
+    out = model.predict(_trace_rows())
+    assert list(out.columns) == ["duration_s", "source"] and len(out) == 4
+    assert np.isfinite(out["duration_s"]).all() and (out["duration_s"] > 0).all()
+    assert out["source"].tolist() == ["learned", "fallback", "fallback", "fallback"]
+    assert 1e-4 < out["duration_s"].iloc[0] < 5e-3  # a 4096x4096x14336 bf16 GEMM on H100 is ~0.7 ms
+    coll = mlflow.pyfunc.load_model("models:/maya-collectives-h100@champion").predict(_trace_rows())
+    assert coll["source"].tolist() == ["fallback", "fallback", "fallback", "learned"]
+    assert np.isfinite(coll["duration_s"]).all() and (coll["duration_s"] > 0).all()
+
+
+def test_collectives_extrapolate_with_the_prior(trained):
+    p = trained["collectives"]["predictor"]
+    rows = pd.DataFrame([{"kind": "collective", "op": "c10d::allreduce_", "coll_bytes": 2**28, "group_size": g,
+                          "nnodes": n, "gpus_per_node": 8} for g, n in ((8, 1), (64, 8), (512, 64))])
+    t = p.predict(rows)["duration_s"].to_numpy()
+    assert np.all(np.isfinite(t)) and t[0] < t[1] < t[2]  # the NIC is slower than NVLink; more steps cost more
+    assert t[0] > 2**28 * 2 * 7 / 8 / 450e9  # never faster than NVLink's wire time
+
+
+def test_worse_challenger_is_not_promoted_and_rollback_works(trained, data):
+    from maya_models.registry import champion_version, rollback, set_champion
+    from maya_models.train import publish, train_kernel_predictor
+
+    worse = train_kernel_predictor("h100", data=data, num_rounds=1, params={"eta": 0.01})
+    assert worse["version"] == "2"
+    r = publish("h100", kind="kernels", data=data)
+    assert not r["promoted"] and r["challenger_score"] > r["champion_score"]
+    assert champion_version("kernels", "h100") == "1"
+    set_champion("kernels", "h100", "2")  # an operator forces it ...
+    assert champion_version("kernels", "h100") == "2"
+    assert rollback("kernels", "h100") == {"model": "maya-kernels-h100", "from": "2", "to": "1"}
+    assert champion_version("kernels", "h100") == "1"
+
+
+def test_tiny_partition_refused_and_unseen_gpu_goes_cross_gpu(store, data):
+    from maya_models.train import InsufficientDataError, train_kernel_predictor
+
+    tiny = data[data["gpu"] == "a100-80gb"].head(0)
+    tiny = pd.concat([tiny, data[(data["gpu"] == "l40s")]])  # nothing
+    few = data[(data["gpu"] == "h100") & (data["family"] == "gemm")].head(5).assign(gpu="l40s")
+    with pytest.raises(InsufficientDataError, match="only 5 usable kernel measurements"):
+        train_kernel_predictor("l40s", data=pd.concat([data, few]), register=False, num_rounds=5)
+    meta = train_kernel_predictor("h200", data=data, register=False, num_rounds=20)
+    assert meta["mode"] == "cross-gpu" and "no kernel measurements for h200" in meta["why"]
+    assert meta["metrics"]["gemm"]["trained_on"] == "cross-gpu: a100-80gb, h100"
