@@ -41,7 +41,9 @@ bench: $(STAMP)          ## emulation and simulation speed benchmarks
 	$(BIN)/python -m emulator.bench
 
 validate: $(STAMP)       ## prediction error against real CPU runs and published GPU measurements
-	$(BIN)/python -m pipelines.validation
+	@# llm-analysis (a baseline) needs only `fire` at run time; its declared pins would pull transformers 4.31
+	$(BIN)/pip install -q --no-deps "llm-analysis==0.2.2" "fire>=0.5" "termcolor>=2" || echo "llm-analysis baseline unavailable"
+	$(BIN)/python -m pipelines.validation $(ARGS)
 
 evaluate: $(STAMP)       ## predictor accuracy on held-out shapes and the unseen-GPU holdout
 	$(BIN)/python -m maya_models.evaluate

@@ -97,8 +97,10 @@ class RepTrace:
     sync_copy: list[bool]  # a device-to-host copy the host waits for
     launches: list[bool]  # the row launches device work (not a view op)
     collective: list  # emulator.ops.collective_name for comm rows, else None
+    waits_for: list  # for a completion wait row: collective_name of the op it waits for (args "waits_for")
     comm_rows: list[int] = field(default_factory=list)
     ranked_rows: list[int] = field(default_factory=list)  # rows whose group/peer depend on the rank
+    p2p_waits: bool = False  # the worker recorded completion waits for p2p ops (else they are implied)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -161,7 +163,10 @@ def rep_trace(rank: int, table: pa.Table) -> RepTrace:
         launches=[(k in DEVICE_KINDS and not is_view_op(o)) or k in COMM_KINDS
                   for k, o in zip(kinds, ops, strict=True)],
         collective=[collective_name(o) if k in COMM_KINDS else None for k, o in zip(kinds, ops, strict=True)],
+        waits_for=[collective_name(a["waits_for"]) if k == "event_wait" and a.get("waits_for") else None
+                   for k, a in zip(kinds, args, strict=True)],
     )
+    rep.p2p_waits = any(w in ("send", "recv") for w in rep.waits_for)
     rep.comm_rows = [i for i, k in enumerate(kinds) if k in COMM_KINDS]
     rep.ranked_rows = [i for i, k in enumerate(kinds)
                        if k in COMM_KINDS or (k == "event_wait" and rep.group[i] is not None)]

@@ -27,11 +27,57 @@ p2p peers (same position in the corresponding group) rewritten.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+_DEVICE_INDEX = re.compile(r"\b(cuda|cpu|meta):\d+")
+
+
+def _normal_args(raw: str | None) -> str:
+    """Non-tensor args without what legitimately differs between ranks of one role: device indices
+    (`cuda:3` is the local rank) and numeric scalar operands (RNG offsets, seeds, per-rank constants),
+    which do not change how much work a kernel does."""
+    if not raw:
+        return ""
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        return _DEVICE_INDEX.sub(r"\1", raw)
+    if not isinstance(args, dict):
+        return _DEVICE_INDEX.sub(r"\1", raw)
+    kept = {k: v for k, v in args.items() if isinstance(v, (str, bool, list, dict)) or v is None}
+    return _DEVICE_INDEX.sub(r"\1", json.dumps(kept, sort_keys=True, separators=(",", ":")))
+
+
+def work_hash(table: pa.Table) -> str:
+    """A hash of the work in one rank's trace, blind to who the rank is.
+
+    Like the worker's `op_hash` (kind, op, shapes, dtypes, args, group size, collective bytes),
+    but args are normalised by `_normal_args`, so two ranks of the same role hash equal even when
+    they pass their own device index or RNG offset to an op.
+    """
+    names = ("kind", "op", "shapes", "dtypes", "args", "group_ranks", "coll_bytes")
+    cols = [c for c in names if c in table.column_names]
+    data = {c: table.column(c).to_pylist() for c in cols}
+    n = table.num_rows
+    h = hashlib.sha256()
+    args_cache: dict[str | None, str] = {}
+    for i in range(n):
+        raw = data["args"][i] if "args" in data else None
+        if raw not in args_cache:
+            args_cache[raw] = _normal_args(raw)
+        granks = data["group_ranks"][i] if "group_ranks" in data else None
+        h.update(json.dumps([data.get("kind", [None] * n)[i], data.get("op", [None] * n)[i],
+                             data.get("shapes", [None] * n)[i], data.get("dtypes", [None] * n)[i], args_cache[raw],
+                             len(granks) if granks else 0, data.get("coll_bytes", [None] * n)[i]],
+                            separators=(",", ":")).encode())
+    return h.hexdigest()
 
 
 @dataclass
@@ -103,8 +149,9 @@ def probes(parts: list[Partition], base: int) -> list[tuple[int, int]]:
     for i, p in enumerate(parts):
         gi = p.group_of(base)
         if p.complete and gi is not None and len(p.groups[gi]) > 1:
-            group = p.groups[gi]
-            out.append((i, group[0] if group[0] != base else group[1]))
+            others = [r for r in p.groups[gi] if r != base]
+            # rank 0 is a poor probe: it often does extra work (logging) that is not the partition's doing
+            out.append((i, next((r for r in others if r != 0), others[0])))
     return out
 
 
@@ -141,6 +188,11 @@ def exchange_units(groups: list[dict], world_size: int, group_name: str | None) 
 RunRanks = Callable[[list[int]], dict[int, dict]]  # runs ranks, returns their per-rank summaries (None on failure)
 
 
+def _hash(summary: dict) -> str | None:
+    """The launcher adds `work_hash` (see work_hash) to each rank summary; the worker's op_hash is the fallback."""
+    return summary.get("work_hash") or summary.get("op_hash")
+
+
 def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int = 0,
                 unit_of: Callable[[int], list[int]] | None = None) -> DedupResult | None:
     """Drive the phases above. `run_ranks(ranks)` emulates ranks (in parallel) and returns their summaries;
@@ -173,7 +225,7 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
         return None
     significant = [True] * len(parts)
     for i, r in probe_list:
-        significant[i] = done[r].get("op_hash") != done[base].get("op_hash")
+        significant[i] = _hash(done[r]) != _hash(done[base])
     keys = classes(world_size, parts, significant)
     rep_of_class: dict[tuple, int] = {}
     for r in sorted(done):  # prefer ranks already emulated, other than rank 0
@@ -195,7 +247,7 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
         for r in picked:
             rep = rank_map[r]
             rank_map[r] = r  # it has its own trace now
-            if done[r].get("op_hash") != done[rep].get("op_hash"):
+            if _hash(done[r]) != _hash(done[rep]):
                 mismatches.append({"rank": r, "representative": rep})
     return DedupResult(rank_map=rank_map, emulated=sorted(done), partitions=parts, significant=significant,
                        mismatches=mismatches)

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,7 +62,8 @@ class Predictor:
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         if self.model is None:
             return pd.DataFrame({"duration_s": roofline_durations(df, self.spec), "source": "fallback"})
-        out = self.model.predict(df)
+        with _QuietMlflow():
+            out = self.model.predict(df)
         if not isinstance(out, pd.DataFrame):
             out = pd.DataFrame({"duration_s": np.asarray(out, dtype=float).reshape(-1), "source": "learned"})
         if "duration_s" not in out.columns or len(out) != len(df):
@@ -95,6 +97,28 @@ def _cached_versions(name: str) -> list[Path]:
     return sorted(vs, key=lambda p: int(p.name[1:]))
 
 
+class _QuietMlflow(warnings.catch_warnings):
+    """Drop mlflow's UserWarnings (type-hint advice, input examples) meant for model authors, not users.
+    mlflow resets the warning filters inside some calls, so this filters at `showwarning` too."""
+
+    def __enter__(self):
+        super().__enter__()
+        warnings.simplefilter("ignore", UserWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not (issubclass(category, UserWarning) and "mlflow" in str(filename)):
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        return self
+
+
+def _load_pyfunc(mlflow, path: str):
+    with _QuietMlflow():
+        return mlflow.pyfunc.load_model(path)
+
+
 def load_model(name: str):
     """(pyfunc model, label) for `models:/<name>@champion`, via the local cache; None if there is none."""
     mlflow = _mlflow()
@@ -104,7 +128,7 @@ def load_model(name: str):
         cached = _cached_versions(name)
         if not cached:
             return None
-        return mlflow.pyfunc.load_model(str(cached[-1])), f"{name} {cached[-1].name} (cached copy)"
+        return _load_pyfunc(mlflow, str(cached[-1])), f"{name} {cached[-1].name} (cached copy)"
     local = settings.model_cache_dir() / name / f"v{mv.version}"
     if not (local / "MLmodel").exists():
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +143,7 @@ def load_model(name: str):
                 raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return mlflow.pyfunc.load_model(str(local)), f"models:/{name}@{settings.CHAMPION_ALIAS} (version {mv.version})"
+    return _load_pyfunc(mlflow, str(local)), f"models:/{name}@{settings.CHAMPION_ALIAS} v{mv.version}"
 
 
 def load_predictors(spec: GPUSpec, roofline_only: bool = False) -> tuple[Predictor, Predictor]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from emulator.dedup import deduplicate, exchange_units
+from emulator.dedup import deduplicate, exchange_units, work_hash
 from emulator.trace.io import rank_summary_path, rank_trace_path, read_json, write_summary
 
 EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
@@ -38,7 +38,7 @@ SUMMARY_VERSION = 1
 STALE = ("trace", "ranks", "logs", ".exchange", "emulation.json", "prediction.json", "timeline.json")
 # How long a rank emulated without its peers waits for a Python object from one (see
 # emulator.distributed.objects); short, because the launcher then re-runs the ranks together.
-PROBE_EXCHANGE_TIMEOUT_S = 30
+PROBE_EXCHANGE_TIMEOUT_S = 20
 _EXCHANGE_CHANNEL = re.compile(r"ObjectExchangeTimeout.*?\((?:p2p|bcast|ag)\.([^.\s]+)\.", re.S)
 
 
@@ -184,6 +184,10 @@ class RankRunner:
                 summary = read_json(path)
             except (OSError, ValueError):
                 summary = None
+        if summary is not None and rc == EXIT_OK and rank_trace_path(self.job.out, rank).exists():
+            import pyarrow.parquet as pq
+
+            summary["work_hash"] = work_hash(pq.read_table(rank_trace_path(self.job.out, rank)))
         log = self.job.out / "logs" / f"rank={rank}.log"
         self.runs[rank] = RankRun(rank, rc, wall, summary, log)
         if rc != EXIT_OK:
@@ -276,7 +280,7 @@ def merge(job: Job, runs: dict[int, RankRun], rank_map: dict[int, int], wall: fl
         "groups": [{"name": g.get("name"), "ranks": g.get("ranks")} for g in (first.get("groups") or [])],
         "failed_rank": failed_rank, "error": error,
         "rank_wall_s": {str(r): run.wall_s for r, run in sorted(runs.items())},
-        "op_hash": {str(r): s.get("op_hash") for r, s in sorted(summaries.items())},
+        "work_hash": {str(r): s.get("work_hash") or s.get("op_hash") for r, s in sorted(summaries.items())},
         "dedup": dedup_info,
     }
 

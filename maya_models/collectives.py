@@ -27,11 +27,12 @@ import pandas as pd
 from emulator.hardware import get_gpu
 from emulator.roofline import collective_time, link, roofline_durations
 from maya_models.features import collective_columns, collective_features, ring_factor, ring_steps
+from maya_models.kernels import XGB_THREADS
 
 LEARNED, FALLBACK = "learned", "fallback"
 COLLECTIVE_KINDS = ("collective", "p2p")
 XGB_PARAMS = {"objective": "reg:squarederror", "eta": 0.1, "max_depth": 5, "subsample": 0.9,
-              "min_child_weight": 2.0, "tree_method": "hist", "nthread": 2, "seed": 0}
+              "min_child_weight": 2.0, "tree_method": "hist", "nthread": XGB_THREADS, "seed": 0}
 NUM_ROUNDS = 150
 MAX_LOG_RESIDUAL = 1.5
 

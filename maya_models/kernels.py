@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,12 +27,15 @@ from emulator.roofline import roofline_durations
 from maya_models.features import featurize
 
 LEARNED, FALLBACK = "learned", "fallback"
+# One thread by default: on a shared 2-core machine OpenMP's busy-waiting made nthread=2 up to 4x
+# slower than 1 (measured); a calibration node with idle cores sets MAYA_XGB_THREADS.
+XGB_THREADS = int(os.environ.get("MAYA_XGB_THREADS", "1"))
 KERNEL_KINDS = ("kernel", "memset")
 MAX_LOG_RATIO = 6.0  # a learned correction never moves the roofline by more than e^6 either way
 
 XGB_PARAMS = {"objective": "reg:squarederror", "eta": 0.15, "max_depth": 8, "subsample": 0.85,
               "colsample_bytree": 0.85, "min_child_weight": 2.0, "tree_method": "hist", "max_bin": 128,
-              "nthread": 2, "seed": 0}
+              "nthread": XGB_THREADS, "seed": 0}
 NUM_ROUNDS = 200  # measured on H100 GEMMs: more rounds or depth buy <0.2 points of median APE
 
 

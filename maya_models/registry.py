@@ -19,8 +19,13 @@ import json
 import tempfile
 from pathlib import Path
 
-from emulator.settings import (CHAMPION_ALIAS, collective_model_name, kernel_model_name, mlflow_artifact_root,
-                               mlflow_tracking_uri)
+from emulator.settings import (
+    CHAMPION_ALIAS,
+    collective_model_name,
+    kernel_model_name,
+    mlflow_artifact_root,
+    mlflow_tracking_uri,
+)
 
 HISTORY_TAG = "maya.champion_history"
 KINDS = ("kernels", "collectives")

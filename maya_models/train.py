@@ -31,7 +31,7 @@ from emulator.hardware import UnknownGPUError, get_gpu
 from maya_models.collectives import COLLECTIVE_KINDS, CollectivePredictor
 from maya_models.features import collective_columns, featurize
 from maya_models.kernels import KERNEL_KINDS, MAX_LOG_RATIO, NUM_ROUNDS, FamilyModel, KernelPredictor, log_ratio
-from maya_models.metrics import error_stats, eval_mask, is_eval_group, shape_group
+from maya_models.metrics import error_stats, eval_mask, shape_group
 
 MIN_ROWS = 20  # fewer measurements than this on a GPU: refuse (see module docstring)
 MIN_FAMILY_ROWS = 30
@@ -162,8 +162,9 @@ def kernel_scores(predictor, eval_df: pd.DataFrame) -> tuple[float, dict]:
 
 def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = None, cross_gpu: bool = False,
                            register: bool = True, num_rounds: int = NUM_ROUNDS, params: dict | None = None,
-                           max_rows_per_family: int = MAX_ROWS_PER_FAMILY) -> dict:
-    """Train (and register) the kernel predictor of `gpu`; returns metadata (metrics per family, version)."""
+                           max_rows_per_family: int = MAX_ROWS_PER_FAMILY, return_predictor: bool = False) -> dict:
+    """Train (and register) the kernel predictor of `gpu`; returns metadata (metrics per family, version),
+    plus the predictor object under "predictor" when `return_predictor`."""
     from maya_models.warehouse import snapshot
 
     t0 = time.time()
@@ -182,7 +183,7 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         if mode == "own" and len(own_f) >= MIN_FAMILY_ROWS:
             parts, trained_on = [_cap(own_f, max_rows_per_family)], "own"
         else:
-            parts = _parts(rows, others, "family", fam, max(max_rows_per_family // max(len(others), 1), 2000))
+            parts = _parts(rows, others, "family", fam, max_rows_per_family // 2)
             trained_on = "cross-gpu: " + ", ".join(sorted({p["gpu"].iloc[0] for p in parts}))
         data_f = pd.concat(parts, ignore_index=True) if parts else own_f.iloc[:0]
         if len(data_f) < MIN_FAMILY_ROWS:
@@ -190,7 +191,7 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         X = pd.concat([featurize(p, get_gpu(p["gpu"].iloc[0])) for p in parts], ignore_index=True)
         groups = [shape_group(fam, o, s, d) for o, s, d in zip(data_f["op"], data_f["shapes"], data_f["dtypes"],
                                                                 strict=True)]
-        ev = np.array([is_eval_group(g) for g in groups])
+        ev = eval_mask(data_f)
         if ev.all() or not ev.any():  # too few groups to hold one out: evaluate on a row split instead
             ev = np.arange(len(data_f)) % 5 == 0
         y = log_ratio(data_f["duration_s"], X["roofline_s"])
@@ -223,7 +224,8 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
                       "max_rows_per_family": max_rows_per_family, "families": sorted(predictor.families)}
         meta.update(log_and_register("kernels", gpu, predictor, params=params_log, metrics=metrics, snapshot=snap,
                                      plots=plots, importances=importances, score=score))
-    meta["predictor"] = predictor
+    if return_predictor:
+        meta["predictor"] = predictor
     return meta
 
 
@@ -267,8 +269,8 @@ def collective_scores(predictor, eval_df: pd.DataFrame) -> tuple[float, dict]:
 
 
 def train_collective_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = None, cross_gpu: bool = False,
-                               register: bool = True) -> dict:
-    """Train (and register) the collective predictor of `gpu`; returns metadata."""
+                               register: bool = True, return_predictor: bool = False) -> dict:
+    """Train (and register) the collective predictor of `gpu`; returns metadata (+ "predictor" if asked)."""
     from emulator.roofline import roofline_durations
     from maya_models.warehouse import snapshot
 
@@ -312,7 +314,8 @@ def train_collective_predictor(gpu: str, *, root=None, data: pd.DataFrame | None
 
         meta.update(log_and_register("collectives", gpu, predictor, params={"gpu": gpu, "mode": mode},
                                      metrics=metrics, snapshot=snap, plots=plots, score=score))
-    meta["predictor"] = predictor
+    if return_predictor:
+        meta["predictor"] = predictor
     return meta
 
 
@@ -363,7 +366,6 @@ def main(argv=None) -> int:
             print(f"{kind} {a.gpu}: not trained: {e}")
             rc = 1
             continue
-        meta.pop("predictor")
         if not a.no_publish:
             meta["publish"] = publish(a.gpu, kind=kind)
         if a.json:

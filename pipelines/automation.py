@@ -87,7 +87,11 @@ def trace_shapes_sensor(context: dg.SensorEvaluationContext):
             continue
         if gpu not in keys:
             continue
-        missing = uncovered_signatures(folder, gpu)
+        try:
+            missing = uncovered_signatures(folder, gpu)
+        except (OSError, ValueError) as e:  # no trace files (an OOM run), an unreadable Parquet...
+            context.log.warning(f"{folder}: {e}; skipped")
+            continue
         if not missing:
             continue
         digest = hashlib.sha1("".join(missing).encode()).hexdigest()[:12]

@@ -34,17 +34,13 @@ class ModuleStack:
         return st
 
     def name_of(self, mod: torch.nn.Module) -> str:
+        """`Root.child.grandchild` (ModuleList indices included); a module first seen names its subtree."""
         name = self._names.get(mod)
         if name is None:
-            name = self._names[mod] = type(mod).__name__
-        if not getattr(mod, "_maya_named", False):
-            for child_name, child in mod.named_children():
-                if child not in self._names:
-                    self._names[child] = f"{name}.{child_name}"
-            try:
-                mod._maya_named = True
-            except AttributeError:
-                pass
+            name = type(mod).__name__
+            for sub_name, sub in mod.named_modules():
+                if sub not in self._names:
+                    self._names[sub] = f"{name}.{sub_name}" if sub_name else name
         return name
 
     def _pre(self, mod, args):

@@ -44,6 +44,7 @@ from emulator.ops import canonical_op, dtype_bytes, flops_and_bytes, is_view_op
 
 _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
                  NotImplementedError)
+_PRIM_DEVICE = torch.ops.prim.device.default
 _COPY_OPS = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize")
 
 
@@ -72,11 +73,14 @@ class Recorder(TorchDispatchMode):
         self.unsupported: Counter[str] = Counter()
         self.placeholders: Counter[str] = Counter()
         self.collectives = CollectiveCounter()
-        self.pending_waits: list[tuple[tuple[str, int], int]] = []  # ((group, seq), row) of c10d collectives
-        # not waited yet
+        # ((group, coll_seq, peer, op), row) of c10d collectives and p2p ops not waited yet
+        self.pending_waits: list[tuple[tuple[str, int, int | None, str], int]] = []
         self.tensor_coll: dict[int, tuple[str, int]] = {}  # id(functional collective output) -> (group, seq)
         self.tracker = ModuleStack()
         self._placeholder_now = False
+        self.iteration_wall_s: list[float] = []  # emulation speed: wall and CPU seconds per iteration
+        self.iteration_cpu_s: list[float] = []
+        self._iter_start = (time.perf_counter(), time.process_time())
         self._t_last = time.perf_counter()
         self._overhead = 0.0  # emulator time since the last recorded event (excluded from host gaps)
         self._lock = threading.RLock()
@@ -116,6 +120,10 @@ class Recorder(TorchDispatchMode):
         self.steps += 1
         self.iteration += 1
         self.tracker.forget_nodes()
+        now, cpu = time.perf_counter(), time.process_time()
+        self.iteration_wall_s.append(now - self._iter_start[0])
+        self.iteration_cpu_s.append(cpu - self._iter_start[1])
+        self._iter_start = (now, cpu)
         if self.max_iterations is not None and self.steps >= self.max_iterations:
             raise StopEmulation(f"stopped after {self.steps} iterations (--iterations)")
 
@@ -174,7 +182,8 @@ class Recorder(TorchDispatchMode):
                 a = json.loads(self.rows.cols["args"][row])
                 a["async_op"] = True
                 self.rows.cols["args"][row] = json.dumps(a)
-            self.sync_event("event_wait", op, self.stream_id(), group=key[0], coll_seq=key[1])
+            self.sync_event("event_wait", op, self.stream_id(), args={"waits_for": key[3]}, group=key[0],
+                            coll_seq=key[1], peer=key[2])
 
     # ------------------------------------------------------------------ ops
     def _touches_device(self, flat: list, kwargs: dict) -> bool:
@@ -188,6 +197,8 @@ class Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         t_enter = time.perf_counter()
+        if func is _PRIM_DEVICE and isinstance(args[0], FakeTensor):
+            return args[0].fake_device  # asked on every op by autograd/python code; no device work
         kwargs = kwargs or {}
         flat = _flatten(args) + list(kwargs.values())
         for x in flat:
@@ -291,14 +302,15 @@ class Recorder(TorchDispatchMode):
                 oom = e
         if kind == "collective" and coll.get("_functional"):
             for t in out_tensors:
-                self.tensor_coll[_storage_key(t)] = (coll["group"], coll["coll_seq"])
+                self.tensor_coll[_storage_key(t)] = (coll["group"], coll["coll_seq"], op)
         coll.pop("_functional", None)
         if op == "_c10d_functional::wait_tensor":
             key = self.tensor_coll.pop(_storage_key(args[0]), None) if args else None
             if key is not None:
                 coll.update(group=key[0], coll_seq=key[1])
-        elif kind == "collective" and op.startswith("c10d::"):
-            self.pending_waits.append(((coll["group"], coll["coll_seq"]), len(self.rows)))
+                jargs["waits_for"] = key[2]
+        elif kind in ("collective", "p2p") and op.startswith("c10d::"):
+            self.pending_waits.append(((coll["group"], coll["coll_seq"], coll["peer"], op), len(self.rows)))
         if self._unsupported_now:
             jargs["unsupported"] = True
         flops, nbytes = (0.0, 0.0) if kind in ("event_wait",) else \

@@ -140,6 +140,7 @@ class Session:
             "n_events": len(rec.rows), "torch_version": torch.__version__, "gpu": self.spec.key,
             "world_size": ns.world_size, "local_world_size": ns.local_world_size, "mode": self.policy,
             "event_kinds": dict(Counter(rec.rows.cols["kind"])),
+            "iteration_wall_s": rec.iteration_wall_s, "iteration_cpu_s": rec.iteration_cpu_s,
         }
         write_json(ns.out / "ranks" / f"rank={ns.rank}.json", summary)
 

@@ -41,7 +41,9 @@ def _json_value(v):
         return _json_value(v.node.hint if hasattr(v.node, "hint") else str(v))
     if isinstance(v, torch.dtype):
         return str(v).removeprefix("torch.")
-    if isinstance(v, (torch.device, torch.memory_format, torch.layout)):
+    if isinstance(v, torch.device):
+        return v.type  # the index is which local GPU, not what the op does (keeps ranks' signatures equal)
+    if isinstance(v, (torch.memory_format, torch.layout)):
         return str(v).removeprefix("torch.")
     if isinstance(v, torch.Stream):
         return int(v.stream_id)

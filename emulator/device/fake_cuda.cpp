@@ -11,6 +11,7 @@
 // It must be loaded before `import torch` (getCUDAHooks() caches the first answer); see
 // emulator/device/boot.py. The target is set through the C functions at the bottom.
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -103,6 +104,13 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
   bool isPinnedPtr(const void* /*data*/) const override { return false; }
   c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   void deviceSynchronize(c10::DeviceIndex /*device_index*/) const override {}
+  // Fake tensors draw no random numbers; a CPU generator keeps seeding/state APIs working.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex /*device_index*/) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex /*device_index*/) const override {
+    return at::detail::createCPUGenerator();
+  }
   long versionCUDART() const override { return 12080; }
   std::string showConfig() const override { return "maya fake CUDA device (emulation, no GPU)\n"; }
 };

@@ -163,6 +163,7 @@ def build_prediction(job: Job, cluster: Cluster, timing: Timing | None, estimate
         cluster=cluster.describe(),
         emulated_gpu=job.summary.get("gpu"),
         iterations=timing.iterations if timing else [],
+        setup_s=timing.setup_s if timing and hang is None else None,
         steady_iterations=steady,
     )
     if job.summary.get("ok") is False and not pred["oom"]:

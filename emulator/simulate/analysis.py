@@ -3,7 +3,8 @@
 Iterations are the trace's `iteration` values: the worker numbers rows from -1 and increments
 after each optimizer step returns, so -1 is the first iteration *including* the program's setup
 (weights copied to the device). Iteration i ends when the last rank finishes its last row of
-iteration i; its time is that end minus the previous iteration's end (the first: minus 0). The
+iteration i; its time is that end minus the previous iteration's end (the first: minus the start
+of the first forward/backward op, so setup such as model init is reported apart as setup_s). The
 steady state is the median of the iterations after the first (the first pays setup and warm-up
 such as DDP's bucket rebuild and optimizer-state allocation), or the only one when there is
 one. Rows after the last optimizer step (a final `.item()`, a checkpoint) are not counted as an
@@ -38,6 +39,7 @@ class Timing:
     iteration_time_s: float
     steady: list[int]  # iteration ids the steady state is taken over
     breakdown_s: dict[str, float]
+    setup_s: float = 0.0  # program start to the first forward/backward op (model init, weight copies)
 
 
 def _rep_index(rep: RepTrace) -> dict:
@@ -48,7 +50,8 @@ def _rep_index(rep: RepTrace) -> dict:
         compute = np.array([k in DEVICE_KINDS and launch for k, launch in zip(kinds, rep.launches, strict=True)],
                            dtype=bool)
         comm = np.array([k in COMM_KINDS for k in kinds], dtype=bool)
-        cache = dict(it=it, ids=sorted(set(rep.iteration)), compute=compute, comm=comm,
+        first = next((i for i, p in enumerate(rep.phase) if p in ("forward", "backward")), None)
+        cache = dict(it=it, ids=sorted(set(rep.iteration)), compute=compute, comm=comm, first_train=first,
                      gap=np.asarray(rep.host_gap, dtype=float), by_it={v: np.flatnonzero(it == v)
                                                                       for v in set(rep.iteration)})
         rep._analysis_index = cache  # type: ignore[attr-defined]
@@ -91,7 +94,8 @@ def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks:
     for i in ids:  # an iteration cannot end before the one before it
         running = max(running, ends[i])
         end_list.append(running)
-    iterations_s, prev = [], 0.0
+    setup = _setup_end(result)
+    iterations_s, prev = [], setup
     for e in end_list:
         iterations_s.append(e - prev)
         prev = e
@@ -103,7 +107,7 @@ def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks:
     t_iter = float(statistics.median(steady_vals))
     # window of the steady iterations
     pos = {i: k for k, i in enumerate(ids)}
-    lo = end_list[pos[steady[0]] - 1] if pos[steady[0]] > 0 else 0.0
+    lo = end_list[pos[steady[0]] - 1] if pos[steady[0]] > 0 else setup
     hi = end_list[pos[steady[-1]]]
     n_it = len(steady)
     sample = _sample_ranks(job, max_sampled_ranks)
@@ -127,7 +131,17 @@ def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks:
     k = max(len(sample), 1)
     breakdown = {key: val / k for key, val in acc.items()}
     breakdown["idle"] = max(0.0, (hi - lo) / n_it - breakdown["compute"] - breakdown["exposed_communication"])
-    return Timing(ids, end_list, iterations_s, t_iter, steady, breakdown)
+    return Timing(ids, end_list, iterations_s, t_iter, steady, breakdown, setup)
+
+
+def _setup_end(result: SimResult) -> float:
+    """When the first forward/backward row starts (earliest rank): what comes before is setup, not training."""
+    starts = []
+    for v, start in zip(result.job.ranks, result.start, strict=True):
+        first = _rep_index(v.rep)["first_train"]
+        if first is not None:
+            starts.append(float(start[first]))
+    return min(starts) if starts else 0.0
 
 
 def _drop_trailing_partial(job, ids: list[int]) -> list[int]:

@@ -16,9 +16,10 @@ Model (per rank):
   reached it on its stream (matched by (group, coll_seq)); all members finish together.
 - **p2p** send/recv run on per-(rank, direction, peer) streams, so a batched send+recv pair
   between two pipeline stages does not deadlock; the n-th send from a to b meets the n-th recv
-  of b from a. A recv (sync or async) and a sync send are joined on the issuing stream at once:
-  the stage's next compute consumes the received activation. An async send is joined at the
-  next optimizer step / iteration end like other un-waited async work.
+  of b from a. Sync p2p is joined on the issuing stream at once; async p2p at its wait row
+  (`event_wait` naming it in args `waits_for`, with its group, coll_seq and peer). Traces
+  without p2p wait rows join an async recv at once (the stage's next compute consumes the
+  activation) and an async send at the next optimizer step / iteration end.
 Overlap of communication with compute and pipeline bubbles fall out of these rules; nothing
 models them explicitly. Not modelled: contention between concurrent collectives for the same
 links, and slowdown of kernels overlapped with communication.
@@ -271,7 +272,9 @@ class Simulator:
             elif k == "event_wait":
                 g, seq = view.group.get(pos), rep.coll_seq[pos]
                 if g is not None and seq is not None:
-                    tok = rs.pending_async.pop((g, seq), None)
+                    wf = rep.waits_for[pos]
+                    key = ("p", g, seq, view.peer.get(pos), wf) if wf in ("send", "recv") else ("c", g, seq)
+                    tok = rs.pending_async.pop(key, None)
                     if tok is not None:
                         rs.unwaited.pop(tok, None)
                 else:
@@ -325,15 +328,18 @@ class Simulator:
         self._push(rs, comm_key, item)
         self._push(rs, comm_key, (_R, done_tok))
         if rep.kind[pos] == "p2p":
-            # the issuing stream consumes a received buffer next (pipeline schedules wait on irecv before the
-            # stage's compute; the worker cannot tie p2p waits to their op), and a sync send returns when sent
-            if not rep.async_op[pos] or rep.collective[pos] == "recv":
+            coll = rep.collective[pos]
+            if not rep.async_op[pos] or (coll == "recv" and not rep.p2p_waits):
+                # a sync p2p returns when done; without recorded p2p waits (older traces) a received buffer is
+                # taken to be consumed by the issuing stream's next op, as pipeline schedules do
                 self._push(rs, sk, (_W, done_tok))
-            else:
-                rs.unwaited[done_tok] = True
+                return
+            if rep.p2p_waits and g is not None and seq is not None:
+                rs.pending_async[("p", g, seq, view.peer.get(pos), coll)] = done_tok
+            rs.unwaited[done_tok] = True
             return
         if g is not None and seq is not None:
-            rs.pending_async[(g, seq)] = done_tok
+            rs.pending_async[("c", g, seq)] = done_tok
         rs.unwaited[done_tok] = True
 
     # -- hangs --------------------------------------------------------------------------------------

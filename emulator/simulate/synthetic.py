@@ -55,10 +55,18 @@ class TraceBuilder:
                          coll_bytes=int(coll_bytes), args={"async_op": async_op})
 
     def wait(self, row: dict, stream: int = 0) -> dict:
-        return self._row("event_wait", "c10d::wait", stream, group=row["group"], coll_seq=row["coll_seq"])
+        """The completion wait of a collective or p2p `row`, as the worker records `Work.wait()`."""
+        return self._row("event_wait", "c10d::wait", stream, group=row["group"], coll_seq=row["coll_seq"],
+                         peer=row.get("peer"), args={"waits_for": row["op"]})
 
-    def p2p(self, op: str, peer: int, coll_bytes: int, async_op: bool = False, stream: int = 0) -> dict:
-        return self._row("p2p", op, stream, peer=peer, coll_bytes=int(coll_bytes), args={"async_op": async_op})
+    def p2p(self, op: str, peer: int, coll_bytes: int, async_op: bool = False, stream: int = 0,
+            group: str | None = None) -> dict:
+        row = dict(peer=peer, coll_bytes=int(coll_bytes), args={"async_op": async_op})
+        if group is not None:  # the worker numbers p2p per (group, direction, peer)
+            key = f"{group}|{op}|{peer}"
+            row.update(group=group, coll_seq=self._seq[key])
+            self._seq[key] += 1
+        return self._row("p2p", op, stream, **row)
 
     def record(self, event_id: int, stream: int) -> dict:
         return self._row("event_record", "cuda::event_record", stream, event_id=event_id)

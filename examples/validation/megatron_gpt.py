@@ -9,8 +9,9 @@ H100) as an ordinary training program, so `maya predict` can be compared with th
 
 Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP innermost.
 - TP: column/row-parallel linears, vocab-parallel embedding and loss (tensor_parallel.py);
-- PP: torch.distributed.pipelining with the 1F1B schedule; the first and last stage share the
-  word embedding, so its gradient is all-reduced between them (Megatron's embedding group);
+- PP: torch.distributed.pipelining with the 1F1B schedule (GPipe when micro-batches < stages); the
+  first and last stage share the word embedding, so its gradient is all-reduced between them
+  (Megatron's embedding group);
 - DP: DistributedDataParallel over the data-parallel group (bucketed gradient all-reduce);
 - micro/global batch: global = micro * dp * microbatches (gradient accumulation);
 - activation checkpointing per transformer block; fp32, or fp16/bf16 autocast.
@@ -36,7 +37,7 @@ from tensor_parallel import (
     copy_to_tp,
     vocab_parallel_cross_entropy,
 )
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
@@ -223,7 +224,10 @@ def main(argv=None):
         out = torch.zeros(*shape, a.vocab // a.tp, dtype=logits_dtype, device=device, requires_grad=True) if last \
             else hidden()
         pipe = PipelineStage(model, stage, a.pp, device, input_args=(x_in,), output_args=(out,), group=groups["pp"])
-        schedule = Schedule1F1B(pipe, n_micro, loss_fn=loss_fn)
+        # 1F1B needs at least one micro-batch per stage; with fewer, Megatron's 1F1B degenerates to
+        # "all forwards, then all backwards", which is GPipe.
+        schedule_cls = Schedule1F1B if n_micro >= a.pp else ScheduleGPipe
+        schedule = schedule_cls(pipe, n_micro, loss_fn=loss_fn)
 
     g = torch.Generator(device="cpu").manual_seed(coord["dp"])
     model.train()

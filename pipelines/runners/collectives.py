@@ -156,7 +156,8 @@ def worker(a) -> int:
         trace_op, kind = OPS[name]
         rows = []
         for nbytes in sizes(a.max_bytes, step=a.size_step):
-            flag.fill_(1.0 if (rank == 0 and time.monotonic() - t0 > a.budget_s) else 0.0)
+            over = rank == 0 and stats["rows_ok"] + stats["rows_failed"] > 0 and time.monotonic() - t0 > a.budget_s
+            flag.fill_(1.0 if over else 0.0)
             dist.all_reduce(flag)
             if flag.item() > 0:
                 stats["budget_exhausted"] = True

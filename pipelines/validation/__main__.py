@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu-only", action="store_true", help="only the GPU table (published measurements)")
     p.add_argument("--quick", action="store_true", help="a few cases of each table (smoke run)")
     p.add_argument("--fresh", action="store_true", help="rerun cases even when a finished run is cached")
+    p.add_argument("--resimulate", action="store_true",
+                   help="reuse finished emulations but simulate again (e.g. after new predictors)")
     p.add_argument("--only", help="run only the cases whose name contains this")
     p.add_argument("--out", type=Path, help="report folder (default <warehouse>/validation)")
     p.add_argument("--timeout-s", type=float, default=900, help="per maya command")
@@ -25,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--cpu-only and --gpu-only exclude each other")
     console = Console(width=max(Console().width, 140))
     rep = run_validation(cpu=not a.gpu_only, gpu=not a.cpu_only, quick=a.quick, fresh=a.fresh, out_dir=a.out,
-                         only=a.only, timeout_s=a.timeout_s, console=console)
+                         only=a.only, timeout_s=a.timeout_s, console=console, resimulate=a.resimulate)
     failed = [r["name"] for s in ("cpu", "gpu") for r in (rep.get(s) or {}).get("rows", [])
               if r["predicted_s"] is None and not r["oom"]]
     if failed:

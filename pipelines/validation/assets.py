@@ -17,6 +17,7 @@ class ValidationConfig(dg.Config):
     gpu: bool = True  # GPU table: published holdout measurements (skipped when the data is absent)
     quick: bool = False  # a few cases per table
     fresh: bool = False  # rerun cached cases
+    resimulate: bool = False  # reuse finished emulations, simulate again (new predictors)
     timeout_s: float = 900.0
 
 
@@ -63,7 +64,7 @@ def report_metadata(rep: dict) -> dict:
                       "(report + plots under <warehouse>/validation/).")
 def validation_report(context: dg.AssetExecutionContext, config: ValidationConfig) -> dg.MaterializeResult:
     rep = run_validation(cpu=config.cpu, gpu=config.gpu, quick=config.quick, fresh=config.fresh,
-                         timeout_s=config.timeout_s)
+                         timeout_s=config.timeout_s, resimulate=config.resimulate)
     for key in ("cpu", "gpu"):
         section = rep.get(key) or {}
         for row in section.get("rows", []):

@@ -58,9 +58,16 @@ def _rank_iteration_times(table: pd.DataFrame, spec: GPUSpec, nnodes_of_group, g
     return times
 
 
-def steady_iterations(ids: list[int]) -> list[int]:
-    """Iterations that represent steady state: all but the first (warm-up) when there are several."""
+def steady_iterations(ids: list[int], found: int | None = None) -> list[int]:
+    """Trace iteration ids that represent the steady state.
+
+    A trace numbers the span up to the first optimizer step -1 (it also holds the set-up), so K
+    completed steps are ids -1..K-2; rows after the K-th step (id K-1, a partial tail) are not an
+    iteration. Of the complete ones, the first (warm-up) is dropped when there are several.
+    """
     ids = sorted(ids)
+    if found:
+        ids = [i for i in ids if i <= found - 2] or ids
     return ids[1:] if len(ids) > 1 else ids
 
 
@@ -79,7 +86,7 @@ def serial_roofline_s(out: Path, gpu: str | None = None, nproc_per_node: int | N
         df = table.select(columns).to_pandas()
         for it, t in _rank_iteration_times(df, spec, nnodes_of_group, per_node).items():
             per_iteration[it] = max(per_iteration.get(it, 0.0), t)  # the slowest rank sets the pace
-    steady = steady_iterations(list(per_iteration))
+    steady = steady_iterations(list(per_iteration), summary.get("iterations_found"))
     return statistics.median(per_iteration[i] for i in steady)
 
 
@@ -87,12 +94,13 @@ def serial_roofline_s(out: Path, gpu: str | None = None, nproc_per_node: int | N
 def llm_analysis_s(model: dict, parallel: dict, gpu: str, dtype: str, checkpoint: bool) -> float:
     """llm-analysis' training latency per iteration for a GPT-style model (see module docstring)."""
     try:
+        from llm_analysis.logger import logger as la_logger
+
+        la_logger.setLevel(logging.ERROR)  # before config's import-time "transformers is not installed" warning
         from llm_analysis.analysis import ActivationRecomputation, LLMAnalysis
         from llm_analysis.config import DtypeConfig, ModelConfig, ParallelismConfig, get_gpu_config_by_name
-        from llm_analysis.logger import logger as la_logger
     except ImportError as e:  # optional: the report says the baseline is missing instead of failing
         raise BaselineUnavailable(f"llm-analysis is not installed ({e})") from e
-    la_logger.setLevel(logging.ERROR)
     name = LLM_ANALYSIS_GPUS.get(gpu)
     if name is None:
         raise BaselineUnavailable(f"llm-analysis has no config for {gpu}")
@@ -111,5 +119,5 @@ def llm_analysis_s(model: dict, parallel: dict, gpu: str, dtype: str, checkpoint
         batch_size_per_gpu=parallel["micro_batch"], gradient_accumulation_steps=accumulation,
         global_batch_size=parallel["global_batch"], seq_len=model["seq"],
         activation_recomputation=ActivationRecomputation.FULL if checkpoint else ActivationRecomputation.NONE,
-        flash_attn=dtype != "fp32")
+        flash_attn=False)  # the validation program runs unfused attention for every row
     return float(result["latency_per_iter"])

@@ -4,7 +4,8 @@ Two sources, both in the evaluation-only holdout (`$MAYA_SHARED/data/holdout/`, 
 - vTrain (MICRO'24): measured Megatron-DeepSpeed GPT iteration times on A100 SXM nodes of 8 GPUs,
   `vtrain/data/ground_truth_{single,multi}.csv` (UTF-8 BOM, time in ms). The matching configs use
   the 1F1B schedule and activation checkpointing; mixed precision (fp16), vocabulary padded to a
-  multiple of 128 x TP as Megatron does.
+  multiple of 128 x TP as Megatron does, and Megatron's unfused attention (QK^T, masked softmax,
+  dropout, AV: no flash attention in the Megatron-DeepSpeed of 2023), i.e. the program's `eager` path.
 - NeuSight (ASPLOS'25): measured end-to-end FP32 training latency of GPT-2-large,
   `neusight/scripts/asplos/label/<GPU>/gpt2_large-train-<seq>-<batch>[-dp4|-tp4|-pp4_1].json`
   (`e2e_latency` ms). Batch is the global batch; `pp4_1` is four stages with one micro-batch.
@@ -117,7 +118,7 @@ def load_vtrain(kind: str = "single", shared: Path | None = None) -> list[Case]:
             cases.append(Case(
                 name=f"vtrain-{kind}-{i:04d}", source=f"vtrain-{kind}", gpu="a100-80gb", world_size=gpus,
                 nproc_per_node=per_node, nnodes=gpus // per_node, measured_s=measured,
-                args=_program_args(model, par, "fp16", True, "sdpa", 128), model=model, parallel=par,
+                args=_program_args(model, par, "fp16", True, "eager", 128), model=model, parallel=par,
                 dtype="fp16", checkpoint=True,
                 note=f"h{model['hidden']} L{model['layers']} tp{par['tp']} pp{par['pp']} dp{par['dp']} "
                      f"mb{par['micro_batch']} gb{par['global_batch']}"))

@@ -35,7 +35,8 @@ def row_for(case, result, llm_analysis_s: float | None = None, llm_analysis_note
            "nnodes": case.nnodes, "note": case.note, "measured_s": measured, "predicted_s": result.predicted_s,
            "roofline_s": result.roofline_s, "llm_analysis_s": llm_analysis_s, "oom": result.oom,
            "coverage": result.coverage, "error": result.error, "llm_analysis_note": llm_analysis_note,
-           "wall_s": result.wall_s}
+           "wall_s": result.wall_s, "breakdown_s": getattr(result, "breakdown", {}),
+           "roofline_sim_s": getattr(result, "roofline_sim_s", None)}
     add_errors(row)
     return row
 
@@ -74,14 +75,23 @@ def _coverage(row: dict) -> str:
     return "-" if learned is None else f"{float(learned) * 100:.0f}%"
 
 
+def _split(row: dict) -> str:
+    """Host time vs device compute time of maya's prediction: shows when the host model dominates."""
+    b = row.get("breakdown_s") or {}
+    if not b:
+        return "-"
+    return f"{_secs(b.get('host'))} / {_secs(b.get('compute'))}"
+
+
 def markdown_table(rows: list[dict]) -> str:
-    head = ("| case | GPUs | config | measured | maya | error | roofline | error | llm-analysis | error "
-            "| learned | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| case | GPUs | config | measured | maya | error | maya host / device | roofline | error "
+            "| llm-analysis | error | learned | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         status = "OOM" if r.get("oom") else ("failed" if r.get("predicted_s") is None and r.get("error") else "ok")
         lines.append(f"| {r['name']} | {r['world_size']}x{r['gpu']} | {r['note']} | {_secs(r['measured_s'])} "
-                     f"| {_secs(r['predicted_s'])} | {pct(r['maya_error'], True)} | {_secs(r['roofline_s'])} "
+                     f"| {_secs(r['predicted_s'])} | {pct(r['maya_error'], True)} | {_split(r)} "
+                     f"| {_secs(r['roofline_s'])} "
                      f"| {pct(r['roofline_error'], True)} | {_secs(r['llm_analysis_s'])} "
                      f"| {pct(r['llm_analysis_error'], True)} | {_coverage(r)} | {status} |")
     return head + "\n".join(lines) + "\n"

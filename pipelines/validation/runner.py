@@ -32,7 +32,9 @@ class RunResult:
 
     predicted_s: float | None = None
     roofline_s: float | None = None
-    roofline_method: str = ""  # "simulated" (maya's simulator, analytical durations) or "serial"
+    roofline_method: str = ""
+    roofline_sim_s: float | None = None  # maya's simulator with analytical durations (host gaps included)
+    breakdown: dict = field(default_factory=dict)  # prediction.json breakdown_s (compute, host, ...)
     measured_s: float | None = None  # CPU cases: measured here with `maya profile`
     oom: bool = False
     coverage: dict = field(default_factory=dict)  # estimator coverage {learned, fallback}
@@ -84,21 +86,27 @@ def _fill_from_prediction(res: RunResult, out: Path) -> None:
     res.estimator = pred.get("estimator") or {}
     res.coverage = res.estimator.get("coverage") or {}
     res.emulation_wall_s = pred.get("emulation_wall_s")
+    res.breakdown = pred.get("breakdown_s") or {}
 
 
-def _cached(folder: Path, spec: dict) -> RunResult | None:
+def _cached(folder: Path, spec: dict, name: str = "result.json") -> RunResult | None:
+    """The stored result `name` of a run of exactly `spec` that finished without error, else None."""
     try:
         if read_json(folder / "case.json") == spec:
-            return RunResult(**read_json(folder / "result.json"))
+            res = RunResult(**read_json(folder / name))
+            return res if res.error is None else None
     except (OSError, ValueError, TypeError):
         return None
     return None
 
 
-def _prepare(folder: Path, spec: dict, fresh: bool) -> RunResult | None:
+def _prepare(folder: Path, spec: dict, fresh: bool, keep: bool = False) -> RunResult | None:
+    """The cached result of a finished, error-free run of `spec`; else a clean folder (kept if `keep`)."""
     cached = None if fresh else _cached(folder, spec)
     if cached is not None and cached.error is None:
         return cached
+    if keep:
+        return None
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -107,36 +115,55 @@ def _prepare(folder: Path, spec: dict, fresh: bool) -> RunResult | None:
 
 
 def _roofline(res: RunResult, out: Path, gpu: str | None, nproc_per_node: int) -> None:
-    """The roofline baseline: the simulator run with analytical durations only, else a serial sum."""
+    """Roofline baselines of the same trace: the serial sum (the table's column) and, for the JSON, maya's
+    simulator run on analytical durations only (it includes the trace's host gaps, so it shares the
+    simulator's host model and is not an independent baseline)."""
+    try:
+        res.roofline_s = serial_roofline_s(out, gpu, nproc_per_node)
+        res.roofline_method = "serial"
+    except (BaselineUnavailable, FileNotFoundError, KeyError, ValueError) as e:
+        res.error = res.error or f"roofline baseline: {e}"
     try:
         from emulator.predict import predict_from_trace
 
         pred = predict_from_trace(out, gpu=gpu, roofline_only=True, timeline=False, write=False)
-        if pred.get("iteration_time_s"):
-            res.roofline_s, res.roofline_method = float(pred["iteration_time_s"]), "simulated"
-            return
-    except Exception as e:  # noqa: BLE001 - any failure of the optional path falls back to the serial sum
-        res.roofline_method = f"serial (simulated roofline failed: {type(e).__name__}: {e})"[:300]
+        res.roofline_sim_s = pred.get("iteration_time_s")
+    except Exception:  # noqa: BLE001 - optional extra figure; the serial roofline is the baseline
+        res.roofline_sim_s = None
+
+
+def _emulation_done(folder: Path, spec: dict, out: Path) -> bool:
+    """True when `out` holds a finished emulation (ok or OOM) of exactly this case."""
     try:
-        res.roofline_s = serial_roofline_s(out, gpu, nproc_per_node)
-        res.roofline_method = res.roofline_method or "serial"
-    except (BaselineUnavailable, FileNotFoundError, KeyError, ValueError) as e:
-        res.error = res.error or f"roofline baseline: {e}"
+        same = read_json(folder / "case.json") == spec
+    except (OSError, ValueError):
+        return False
+    summary = _summary_or_none(out) or {}
+    return same and bool(summary.get("ok") or summary.get("oom"))
 
 
-def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 900, fresh: bool = False) -> RunResult:
-    """`maya emulate` the validation program for the case's cluster, then `maya simulate` it."""
+def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 900, fresh: bool = False,
+                 resimulate: bool = False) -> RunResult:
+    """`maya emulate` the validation program for the case's cluster, then `maya simulate` it.
+
+    A finished emulation of the same case is reused (its result too, unless `resimulate`: new
+    predictors only need the cheap simulate step); `fresh` redoes everything.
+    """
     folder = runs_dir / case.name
     spec = {"kind": "gpu", "case": case.to_dict(), "iterations": iterations}
-    cached = _prepare(folder, spec, fresh)
-    if cached is not None:
-        return cached
     out, log = folder / "out", folder / "maya.log"
+    reuse = not fresh and _emulation_done(folder, spec, out)
+    if not (reuse and resimulate):
+        cached = _prepare(folder, spec, fresh, keep=reuse)
+        if cached is not None:
+            return cached
     res, t0 = RunResult(out=str(out)), time.perf_counter()
     program = [str(REPO_ROOT / case.program), *case.args, "--steps", str(iterations + 1)]
-    rc = _run([*MAYA, "emulate", "--gpu", case.gpu, "--nproc-per-node", str(case.nproc_per_node),
-               "--nnodes", str(case.nnodes), "--iterations", str(iterations), "--out", str(out),
-               *emulate_flags(case), *program], log, timeout_s, env={"MAYA_EXCHANGE_TIMEOUT_S": "180"})
+    rc = 0
+    if not reuse:
+        rc = _run([*MAYA, "emulate", "--gpu", case.gpu, "--nproc-per-node", str(case.nproc_per_node),
+                   "--nnodes", str(case.nnodes), "--iterations", str(iterations), "--out", str(out),
+                   *emulate_flags(case), *program], log, timeout_s, env={"MAYA_EXCHANGE_TIMEOUT_S": "180"})
     summary = _summary_or_none(out)
     if rc != 0 and not (summary or {}).get("oom"):
         res.error = f"maya emulate exited {rc}: {_tail(log)}"
@@ -195,22 +222,33 @@ def measured_iteration_s(out: Path) -> float:
             per_iteration[int(it)] = max(per_iteration.get(int(it), 0.0), float(t))
     if not per_iteration:
         raise ValueError(f"{out}: the profile recorded no iterations")
-    return statistics.median(per_iteration[i] for i in steady_iterations(list(per_iteration)))
+    steady = steady_iterations(list(per_iteration), summary.get("iterations_found"))
+    return statistics.median(per_iteration[i] for i in steady)
 
 
 def steady_iterations_values(values: list[float]) -> list[float]:
     return values[1:] if len(values) > 1 else values
 
 
-def run_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float = 900, fresh: bool = False) -> RunResult:
-    """Run the program for real with `maya profile`, then predict it with `maya predict --gpu cpu`."""
+def cpu_trace_dir(case, runs_dir: Path) -> Path:
+    """Where a CPU case's emulation goes (also what trace-driven CPU calibration benchmarks)."""
+    return runs_dir / case.name / "emulate"
+
+
+def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float = 900,
+                     fresh: bool = False) -> RunResult:
+    """Step 1 of a CPU case: run it for real (`maya profile`) and emulate it on the `cpu` target.
+
+    Between this and `predict_cpu_case` the validation calibrates the CPU predictors on the shapes
+    the emulated traces contain (trace-driven calibration, `pipelines.calibrate --traces`).
+    """
     folder = runs_dir / case.name
     spec = {"kind": "cpu", "case": case.to_dict(), "iterations": iterations}
-    cached = _prepare(folder, spec, fresh)
-    if cached is not None:
-        return cached
-    log = folder / "maya.log"
-    res, t0 = RunResult(out=str(folder / "predict")), time.perf_counter()
+    if not fresh and _cached(folder, spec, "measured.json") is not None:
+        return _cached(folder, spec, "measured.json")
+    _prepare(folder, spec, fresh=True)
+    log, out = folder / "maya.log", cpu_trace_dir(case, runs_dir)
+    res, t0 = RunResult(out=str(out)), time.perf_counter()
     program = [str(REPO_ROOT / case.program), *case.args, "--steps", str(iterations + 1)]
     nproc = ["--nproc-per-node", str(case.world_size)]
     rc = _run([*MAYA, "profile", *nproc, "--iterations", str(iterations), "--out", str(folder / "profile"),
@@ -219,16 +257,57 @@ def run_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float = 9
         res.measured_s = measured_iteration_s(folder / "profile")
     except (FileNotFoundError, ValueError, KeyError) as e:
         res.error = f"maya profile exited {rc}: {e}: {_tail(log)}"
-    rc = _run([*MAYA, "predict", "--gpu", "cpu", *nproc, "--iterations", str(iterations), "--out",
-               str(folder / "predict"), "--no-timeline", *program], log, timeout_s)
-    try:
-        _fill_from_prediction(res, folder / "predict")
-        _roofline(res, folder / "predict", "cpu", case.world_size)
-    except (FileNotFoundError, ValueError) as e:
-        res.error = res.error or f"maya predict exited {rc}: {e}: {_tail(log)}"
+    rc = _run([*MAYA, "emulate", "--gpu", "cpu", *nproc, "--iterations", str(iterations), "--out", str(out),
+               *program], log, timeout_s)
+    if _summary_or_none(out) is None:
+        res.error = res.error or f"maya emulate --gpu cpu exited {rc}: {_tail(log)}"
     res.wall_s = time.perf_counter() - t0
+    write_json(folder / "measured.json", res.to_dict())
+    return res
+
+
+def cpu_result_done(case, runs_dir: Path) -> bool:
+    """True when the CPU case has a finished, error-free prediction stored."""
+    try:
+        return RunResult(**read_json(runs_dir / case.name / "result.json")).error is None
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def predict_cpu_case(case, runs_dir: Path, timeout_s: float = 900, resimulate: bool = False) -> RunResult:
+    """Step 2 of a CPU case: `maya simulate` its emulated trace with the CPU predictors."""
+    folder = runs_dir / case.name
+    if not resimulate and (folder / "result.json").exists():
+        cached = RunResult(**read_json(folder / "result.json"))
+        if cached.error is None:
+            return cached
+    res = RunResult(**read_json(folder / "measured.json"))
+    out, log, t0 = cpu_trace_dir(case, runs_dir), folder / "maya.log", time.perf_counter()
+    if _summary_or_none(out) is not None:
+        rc = _run([*MAYA, "simulate", str(out), "--no-timeline"], log, timeout_s)
+        try:
+            _fill_from_prediction(res, out)
+        except (FileNotFoundError, ValueError) as e:
+            res.error = res.error or f"maya simulate exited {rc}: {e}: {_tail(log)}"
+        _roofline(res, out, "cpu", case.world_size)
+    res.wall_s += time.perf_counter() - t0
     write_json(folder / "result.json", res.to_dict())
     return res
+
+
+def calibrate_cpu(trace_dirs: list[Path], runs_dir: Path, timeout_s: float = 3600) -> str | None:
+    """Calibrate the CPU predictors on this machine, benchmarking the traces' shapes first.
+
+    Runs `python -m pipelines.calibrate --gpu cpu --traces ...` (resumable: measured chunks are
+    kept); returns a problem note or None.
+    """
+    traces = [str(t) for t in trace_dirs if _summary_or_none(Path(t)) is not None]
+    cmd = [sys.executable, "-m", "pipelines.calibrate", "--gpu", "cpu", *(["--traces", *traces] if traces else [])]
+    log = runs_dir / "calibrate-cpu.log"
+    rc = _run(cmd, log, timeout_s)
+    if rc != 0:
+        return f"CPU calibration (`{' '.join(cmd[1:5])} ...`) exited {rc}: {_tail(log, 5)}"
+    return None
 
 
 def load_average() -> float | None:

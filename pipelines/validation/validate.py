@@ -69,11 +69,12 @@ def _run_section(cases, run_one, console: Console | None, label: str) -> list[di
 
 def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fresh: bool = False,
                    out_dir: Path | None = None, only: str | None = None, timeout_s: float = 900,
-                   console: Console | None = None) -> dict:
+                   console: Console | None = None, resimulate: bool = False) -> dict:
     """Run the CPU and/or GPU suites and write the report; returns the report dict.
 
-    `only` keeps the cases whose name contains it. The GPU table is skipped with a reason (not an
-    error) when the shared holdout data is absent.
+    `only` keeps the cases whose name contains it; `resimulate` reuses finished emulations but
+    simulates them again (after new predictors); `fresh` reruns everything. The GPU table is
+    skipped with a reason (not an error) when the shared holdout data is absent.
     """
     out_dir = Path(out_dir or default_out_dir())
     runs = out_dir / "runs"
@@ -82,9 +83,18 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
     keep = (lambda cs: [c for c in cs if only in c.name]) if only else (lambda cs: cs)
     if cpu:
         cases = keep(suites.cpu_cases(quick))
-        _predictors({"cpu"}, runs, rep, console)
-        rows = _run_section(cases, lambda c: runner.run_cpu_case(c, runs, timeout_s=timeout_s, fresh=fresh),
-                            console, "cpu")
+        for i, case in enumerate(cases, 1):  # real runs and CPU emulations first ...
+            if console:
+                console.print(f"[dim][cpu {i}/{len(cases)}] measure + emulate {case.name}: {case.note}[/dim]")
+            runner.measure_cpu_case(case, runs, timeout_s=timeout_s, fresh=fresh)
+        if resimulate or not all(runner.cpu_result_done(c, runs) for c in cases):
+            if console:  # ... then the CPU predictors, calibrated on the shapes those traces hold ...
+                console.print("[dim]calibrating CPU predictors on the traces' shapes ...[/dim]")
+            problem = runner.calibrate_cpu([runner.cpu_trace_dir(c, runs) for c in cases], runs)
+            if problem:
+                rep["notes"].append(problem)
+        predict = lambda c: runner.predict_cpu_case(c, runs, timeout_s=timeout_s, resimulate=resimulate)
+        rows = _run_section(cases, predict, console, "cpu")  # ... then predict
         rep["cpu"] = {"rows": rows, "summary": report.table_summary(rows, report.CPU_TARGET),
                       "preamble": CPU_PREAMBLE.format(load=runner.load_average() or float("nan"))}
     if gpu:
@@ -96,7 +106,8 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
                 console.print(f"[yellow]GPU table skipped: {e}[/yellow]")
         else:
             _predictors({c.gpu for c in cases}, runs, rep, console)
-            rows = _run_section(cases, lambda c: runner.run_gpu_case(c, runs, timeout_s=timeout_s, fresh=fresh),
+            rows = _run_section(cases, lambda c: runner.run_gpu_case(c, runs, timeout_s=timeout_s, fresh=fresh,
+                                                                 resimulate=resimulate),
                                 console, "gpu")
             rep["gpu"] = {"rows": rows, "summary": report.table_summary(rows, report.GPU_TARGET),
                           "preamble": GPU_PREAMBLE}

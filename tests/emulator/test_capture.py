@@ -152,3 +152,12 @@ def test_cpu_target_runs_real_cpu_ops_without_timing(tmp_path):
     t = run.trace
     assert t.duration_s.isna().all()
     assert "aten::_scaled_dot_product_flash_attention_for_cpu" in set(t.op)
+
+
+def test_activation_checkpointing_recomputes_in_backward(tmp_path):
+    run = run_worker("gpt.py", tmp_path, "--checkpoint", "--steps", "2", "--vocab", "512")
+    assert run.rc == 0, run.summary["error"]
+    t = run.trace[run.trace.iteration == 0]
+    flash = t[t.op == "aten::_scaled_dot_product_flash_attention"]
+    assert list(flash.phase) == ["forward", "forward", "backward", "backward"]  # 2 layers, recomputed
+    assert list(flash.module) == ["GPT.h.0", "GPT.h.1", "GPT.h.1", "GPT.h.0"]

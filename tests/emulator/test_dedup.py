@@ -82,7 +82,7 @@ def test_no_process_groups_probes_the_world():
     assert res.rank_map == {0: 0, 1: 1, 2: 2, 3: 3}
     run, ran = fake_runner(4, [], lambda r: "same")
     res = deduplicate(4, run)
-    assert sorted(set(ran)) == [0, 3] and set(res.rank_map.values()) <= {0, 3}
+    assert sorted(set(ran)) == [0, 1, 3] and set(res.rank_map.values()) <= {0, 1, 3}
 
 
 def test_1024_ranks_do_not_need_1024_processes():
@@ -144,3 +144,15 @@ def test_expand_rank_without_groups_shifts_peers():
     out = expand_rank(rep, 0, 3, [{"name": "0", "ranks": [0, 1, 2, 3]}])
     assert out.column("peer").to_pylist() == [0]
     assert out.column("group_ranks").to_pylist() == [[0, 1, 2, 3]]
+
+
+def test_work_hash_ignores_device_index_and_scalar_operands_only():
+    from emulator.dedup import work_hash
+
+    def table(args, shape=(4, 4)):
+        return _rows(0, [dict(kind="kernel", op="aten::add", args=args, shapes=[list(shape)], dtypes=["float32"])])
+
+    a = work_hash(table('{"other": 0, "device": "cuda:2"}'))
+    assert a == work_hash(table('{"other": 2048, "device": "cuda:6"}'))
+    assert a != work_hash(table('{"other": 0, "device": "cuda:2"}', shape=(4, 8)))
+    assert a != work_hash(table('{"other": 0, "device": "cuda:2", "is_causal": true}'))

@@ -4,6 +4,8 @@ The predictor here is a tiny pyfunc model registered in a temporary MLflow store
 (a fixture standing in for `maya_models`' XGBoost predictors, which honour the same contract).
 """
 
+import warnings
+
 import pandas as pd
 import pytest
 
@@ -13,6 +15,7 @@ from emulator.hardware import get_gpu
 from emulator.simulate.synthetic import ddp_rank
 
 H100 = get_gpu("h100")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # mlflow's advice to model authors
 
 
 def _job(world=2):
@@ -60,25 +63,32 @@ def registry(tmp_path_factory):
     mlflow.set_tracking_uri((root / "mlruns").as_uri())
     mlflow.set_registry_uri((root / "mlruns").as_uri())
 
-    class Flat(mlflow.pyfunc.PythonModel):
-        def predict(self, context, model_input, params=None):
-            import pandas as pd
+    with warnings.catch_warnings():  # mlflow nags about type hints at class creation
+        warnings.simplefilter("ignore")
 
-            return pd.DataFrame({"duration_s": [2e-5] * len(model_input), "source": ["learned"] * len(model_input)})
+        class Flat(mlflow.pyfunc.PythonModel):
+            def predict(self, context, model_input, params=None):
+                import pandas as pd
+
+                n = len(model_input)
+                return pd.DataFrame({"duration_s": [2e-5] * n, "source": ["learned"] * n})
 
     client = mlflow.MlflowClient()
     for name in ("maya-kernels-h100", "maya-collectives-h100"):
         with mlflow.start_run():
-            info = mlflow.pyfunc.log_model(name="model", python_model=Flat(), registered_model_name=name,
-                                           pip_requirements=["mlflow", "pandas"])
+            with warnings.catch_warnings():  # mlflow nags about type hints and input examples
+                warnings.simplefilter("ignore")
+                info = mlflow.pyfunc.log_model(name="model", python_model=Flat(), registered_model_name=name,
+                                               pip_requirements=["mlflow", "pandas"])
         client.set_registered_model_alias(name, "champion", info.registered_model_version)
     yield root
     env.undo()
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_registered_champions_are_loaded_cached_and_used(registry, monkeypatch):
     k, c = load_predictors(H100)
-    assert k.label.startswith("models:/maya-kernels-h100@champion")
+    assert k.label == "models:/maya-kernels-h100@champion v1"
     est = estimate(_job(), H100, k, c)
     assert est.coverage["learned"] == pytest.approx(1.0)
     assert (registry / "cache" / "maya-kernels-h100" / "v1" / "MLmodel").exists()

@@ -46,10 +46,12 @@ FAKE_WORKER = textwrap.dedent('''
                for j in range(tp)] if 1 < tp < w else []
     role = str(r % tp) if args.role == "tp" else "same"
     row = {f.name: None for f in TRACE_SCHEMA}
-    row.update(rank=r, seq=0, iteration=0, kind="kernel", op="aten::mm", stream=0)
+    row.update(rank=r, seq=0, iteration=0, kind="kernel", op="aten::mm", stream=0,
+               shapes=[[64, 64 * (1 + (r % tp if args.role == "tp" else 0))]], args='{"device": "cuda:%d"}' % r)
     write_rank_trace(ns.out, r, pa.table({k: [v] for k, v in row.items()}, schema=TRACE_SCHEMA))
     failed, oom = r == args.fail_rank, r == args.oom_rank
-    error = "Traceback (most recent call last):\\n  File \\"train.py\\", line 3\\nValueError: bad shape" if failed else None
+    error = ("Traceback (most recent call last):\\n  File \\"train.py\\", line 3\\nValueError: bad shape"
+             if failed else None)
     write_json(os.path.join(ns.out, "ranks", f"rank={r}.json"), {
         "rank": r, "ok": not (failed or oom), "error": error, "oom": oom,
         "oom_message": "CUDA out of memory. Tried to allocate 2.00 GiB." if oom else None,

@@ -111,3 +111,56 @@ def test_1024_rank_3d_parallel_iteration_simulates_quickly():
     # every rank of a stage follows the same schedule
     stage0 = [v.rank for v in job.ranks if (v.rank // 8) % 4 == 0]
     assert np.allclose(res.end[stage0[0]], res.end[stage0[-1]])
+
+
+def test_a_blocking_device_to_host_copy_stalls_the_host_and_a_non_blocking_one_does_not():
+    for non_blocking in (False, True):
+        b = TraceBuilder(0)
+        b.kernel("aten::mm", [[8192, 8192], [8192, 8192]], ["bfloat16"] * 2)
+        b._row("memcpy", "memcpy::d2h", 0, bytes=4.0, args={"non_blocking": non_blocking} if non_blocking else {})
+        b.kernel("aten::add", [[16, 16], [16, 16]], ["bfloat16"] * 2, stream=1)
+        job = collate_tables({0: b.table()}, _summary(1))
+        res, _ = _run(job)
+        s, e = res.start[0], res.end[0]
+        if non_blocking:
+            assert s[2] < e[0]  # the host ran ahead and launched on the other stream at once
+        else:
+            assert s[2] >= e[1]  # `.item()`: the host waited for the copy (and the mm before it)
+
+
+def test_setup_before_the_first_forward_is_not_part_of_an_iteration():
+    b = TraceBuilder(0)
+    b.iteration, b.phase = -1, "other"  # model init + weights to the device: 1 s of host time
+    b.gap = 1.0
+    b._row("memcpy", "memcpy::h2d", 0, bytes=4e8, args={"non_blocking": True})
+    b.gap = 5e-6
+    b.phase = "forward"
+    b.mm(4096, 4096, 4096)
+    b.phase = "optimizer"
+    b.kernel("aten::_fused_adamw_", [[1 << 20]] * 4, ["float32"] * 4, args={"list_lengths": [1, 1, 1, 1]})
+    job = collate_tables({0: b.table()}, _summary(1))
+    _, t = _run(job)
+    assert t.setup_s >= 1.0
+    assert t.iterations == [-1] and t.iteration_time_s < 0.01
+
+
+def test_recorded_p2p_waits_join_their_own_op_not_a_collective_with_the_same_number():
+    tables = {}
+    for r in range(2):
+        b = TraceBuilder(r)
+        ar = b.collective("c10d::allreduce_", "0", [0, 1], 4 << 30, async_op=True)  # coll_seq 0 on group "0"
+        msg = b.p2p("c10d::recv_" if r == 0 else "c10d::send", 1 - r, 1 << 30, async_op=True, group="0")
+        assert msg["coll_seq"] == ar["coll_seq"] == 0
+        b.kernel("aten::add", [[16, 16], [16, 16]], ["bfloat16"] * 2)  # independent: overlaps the recv
+        b.wait(msg)
+        b.kernel("aten::add", [[16, 16], [16, 16]], ["bfloat16"] * 2)  # consumes the recv
+        b.wait(ar)
+        b.kernel("aten::add", [[16, 16], [16, 16]], ["bfloat16"] * 2)  # consumes the all-reduce
+        tables[r] = b.table()
+    job = collate_tables(tables, _summary(2))
+    res, _ = _run(job)
+    s, e = res.start[0], res.end[0]
+    ar, recv, a, b_, c = 0, 1, 2, 4, 6
+    assert s[a] < e[recv]
+    assert e[recv] <= s[b_] < e[ar]
+    assert s[c] >= e[ar]

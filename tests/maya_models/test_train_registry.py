@@ -24,10 +24,11 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def data():
-    gemm = load_reference(["aiconfigurator_gemm"])
-    gemm = gemm[gemm["dtypes"].map(lambda d: d[0]) == "bfloat16"]
-    parts = [gemm[gemm["gpu"] == g].sample(n, random_state=0) for g, n in (("h100", 1500), ("a100-80gb", 600))]
-    attn = load_reference(["aiconfigurator_attention"], gpu="h100").sample(300, random_state=0)
+    parts = []
+    for g, n in (("h100", 800), ("a100-80gb", 400)):
+        gemm = load_reference(["aiconfigurator_gemm"], gpu=g)
+        parts.append(gemm[gemm["op"] == "aten::mm"].sample(n, random_state=0))
+    attn = load_reference(["aiconfigurator_attention"], gpu="h100").sample(200, random_state=0)
     nccl = load_reference(["aiconfigurator_nccl"])
     nccl = nccl[nccl["gpu"].isin(["h100", "a100-80gb"])]
     return pd.concat(parts + [attn, nccl], ignore_index=True)
@@ -37,9 +38,9 @@ def data():
 def trained(store, data):
     from maya_models.train import publish, train_collective_predictor, train_kernel_predictor
 
-    k = train_kernel_predictor("h100", data=data, num_rounds=40)
+    k = train_kernel_predictor("h100", data=data, num_rounds=20)
     kp = publish("h100", kind="kernels", data=data)
-    c = train_collective_predictor("h100", data=data)
+    c = train_collective_predictor("h100", data=data, return_predictor=True)
     cp = publish("h100", kind="collectives", data=data)
     return {"kernels": k, "kernels_publish": kp, "collectives": c, "collectives_publish": cp}
 
@@ -117,6 +118,6 @@ def test_tiny_partition_refused_and_unseen_gpu_goes_cross_gpu(store, data):
     few = data[(data["gpu"] == "h100") & (data["family"] == "gemm")].head(5).assign(gpu="l40s")
     with pytest.raises(InsufficientDataError, match="only 5 usable kernel measurements"):
         train_kernel_predictor("l40s", data=pd.concat([data, few]), register=False, num_rounds=5)
-    meta = train_kernel_predictor("h200", data=data, register=False, num_rounds=20)
+    meta = train_kernel_predictor("h200", data=data, register=False, num_rounds=5)
     assert meta["mode"] == "cross-gpu" and "no kernel measurements for h200" in meta["why"]
     assert meta["metrics"]["gemm"]["trained_on"] == "cross-gpu: a100-80gb, h100"

@@ -41,7 +41,7 @@ def test_cpu_partition_end_to_end(wh, monkeypatch):
         assert evals[name].passed, (name, evals[name].description)
 
     mine = read_measurements(gpu="cpu", source="maya-bench", status=None, root=wh)
-    assert {"kernel", "collective", "p2p"} <= set(mine["kind"])
+    assert {"kernel", "collective", "memcpy"} <= set(mine["kind"])
     assert (mine.loc[mine["status"] == "ok", "duration_s"] > 0).all()
     assert mine["run_id"].str.endswith(("-kernels", "-collectives")).all()
     con = connect(wh, read_only=True)
@@ -53,3 +53,16 @@ def test_cpu_partition_end_to_end(wh, monkeypatch):
     assert sources["maya-bench"] == len(mine) and sources["aiconfigurator"] > 0
     assert (wh / "hardware" / "gpu=cpu").is_dir() and (wh / "dagster_home").is_dir()
     assert not (wh / "runs" / "gpu=cpu" / "pending.json").exists()  # the run is closed
+
+
+def test_an_unfinished_calibration_keeps_its_run_id_until_the_chain_completes(wh):
+    from pipelines import launch
+
+    first, resumed = launch.current_run_id(wh, "cpu")
+    assert not resumed and first.startswith("cpu-")
+    again, resumed = launch.current_run_id(wh, "cpu")  # e.g. after the process was killed
+    assert again == first and resumed
+    assert launch.current_run_id(wh, "h100")[0] != first  # per GPU
+    launch.finish_run(wh, "cpu", first)
+    assert launch.pending_run_id(wh, "cpu") is None
+    assert launch.current_run_id(wh, "cpu")[0] != first

@@ -43,6 +43,14 @@ elif args.mode == "tp":
 
     mesh = init_device_mesh(device.type, (world,))
     model = parallelize_module(mlp().to(device), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+elif args.mode == "fsdp_tp":  # 2-D: TP inside pairs of ranks, FSDP across them
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device.type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
+    model = parallelize_module(mlp().to(device), mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
 elif args.mode == "coll":
     x = torch.ones(1024, device=device)
     dist.all_reduce(x)
@@ -61,18 +69,19 @@ elif args.mode == "coll":
     raise SystemExit(0)
 
 if args.mode != "pp":
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=args.mode != "tp")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=args.mode == "ddp" or args.mode == "fsdp")
     for _ in range(args.steps):
         x = torch.randn(8, 64, device=device)
         model(x).sum().backward()
         opt.step()
         opt.zero_grad()
 else:
-    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     stage_mod = mlp().to(device)
     stage = PipelineStage(stage_mod, rank, world, device)
-    sched = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lambda out, tgt: out.sum())
+    schedule = Schedule1F1B if os.environ.get("PP_SCHEDULE") == "1f1b" else ScheduleGPipe
+    sched = schedule(stage, n_microbatches=4 if schedule is Schedule1F1B else 2, loss_fn=lambda out, tgt: out.sum())
     opt = torch.optim.AdamW(stage_mod.parameters(), lr=1e-3)
     for _ in range(args.steps):
         x = torch.randn(8, 64, device=device)

@@ -1,0 +1,40 @@
+"""The predictor end of the chain hands the partition and warehouse to maya_models and reports what it got.
+
+Training itself is maya_models' (tested there, and run for real by `make calibrate`); here the
+train/publish functions are replaced by recorders so the wiring is checked in a second.
+"""
+
+import dagster as dg
+
+import maya_models.train as train
+from pipelines.assets import PREDICTOR_ASSETS
+from pipelines.resources import WarehouseResource
+
+
+def test_predictor_assets_train_then_publish_both_kinds(wh, monkeypatch):
+    calls = []
+
+    def fake_train(kind):
+        def fn(gpu, *, root=None):
+            calls.append((kind, gpu, str(root)))
+            return {"gpu": gpu, "kind": kind, "version": "7", "score": 12.5, "metrics": {"gemm": {"n": 3}},
+                    "predictor": object()}  # the fitted object must not reach the metadata
+        return fn
+
+    def fake_publish(gpu, *, kind, root=None):
+        calls.append(("publish-" + kind, gpu, str(root)))
+        return {"promoted": kind == "kernels", "champion": "7" if kind == "kernels" else "3"}
+
+    monkeypatch.setattr(train, "train_kernel_predictor", fake_train("kernels"))
+    monkeypatch.setattr(train, "train_collective_predictor", fake_train("collectives"))
+    monkeypatch.setattr(train, "publish", fake_publish)
+    result = dg.materialize(PREDICTOR_ASSETS, partition_key="h100",
+                            resources={"warehouse_store": WarehouseResource(root=str(wh))})
+    assert result.success
+    assert sorted(c[0] for c in calls) == ["collectives", "kernels", "publish-collectives", "publish-kernels"]
+    assert {c[1] for c in calls} == {"h100"} and {c[2] for c in calls} == {str(wh.resolve())}
+    md = {e.event_specific_data.materialization.asset_key.to_user_string():
+          e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()}
+    assert md["kernel_predictor"]["version"].value == "7" and "predictor" not in md["kernel_predictor"]
+    assert md["published_predictors"]["kernels_promoted"].value is True
+    assert md["published_predictors"]["collectives_champion"].value == "3"
