@@ -16,7 +16,7 @@ stage, say), so emulating every rank wastes 99 % of the time. How roles are foun
    equal means a rank's position along that partition does not change its work.
 4. A rank's *class* is its tuple of positions along the significant partitions. One
    representative per class is emulated (an already emulated rank other than 0 when possible,
-   else the smallest), and every rank maps to its class representative (`rank_map`).
+   else the highest), and every rank maps to its class representative (`rank_map`).
 5. Optionally `verify` K random non-representatives: emulate them and check their hash equals
    their representative's; a mismatch is reported (and the rank keeps its own trace).
 
@@ -150,8 +150,9 @@ def probes(parts: list[Partition], base: int) -> list[tuple[int, int]]:
         gi = p.group_of(base)
         if p.complete and gi is not None and len(p.groups[gi]) > 1:
             others = [r for r in p.groups[gi] if r != base]
-            # rank 0 is a poor probe: it often does extra work (logging) that is not the partition's doing
-            out.append((i, next((r for r in others if r != 0), others[0])))
+            # the last other member: ranks that log or checkpoint are usually the first of their group,
+            # and their extra work is not the partition's doing
+            out.append((i, others[-1]))
     return out
 
 
@@ -228,10 +229,12 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
         significant[i] = _hash(done[r]) != _hash(done[base])
     keys = classes(world_size, parts, significant)
     rep_of_class: dict[tuple, int] = {}
-    for r in sorted(done):  # prefer ranks already emulated, other than rank 0
+    # Representatives: ranks already emulated first, highest first (again: low ranks are the ones
+    # that tend to log), never rank 0 unless it is alone in its class.
+    for r in sorted(done, reverse=True):
         if r != 0:
             rep_of_class.setdefault(keys[r], r)
-    for r in range(1, world_size):
+    for r in range(world_size - 1, 0, -1):
         rep_of_class.setdefault(keys[r], r)
     if not run(sorted(set(rep_of_class.values()))):
         return None

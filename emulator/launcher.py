@@ -38,7 +38,7 @@ SUMMARY_VERSION = 1
 STALE = ("trace", "ranks", "logs", ".exchange", "emulation.json", "prediction.json", "timeline.json")
 # How long a rank emulated without its peers waits for a Python object from one (see
 # emulator.distributed.objects); short, because the launcher then re-runs the ranks together.
-PROBE_EXCHANGE_TIMEOUT_S = 20
+PROBE_EXCHANGE_TIMEOUT_S = 10
 _EXCHANGE_CHANNEL = re.compile(r"ObjectExchangeTimeout.*?\((?:p2p|bcast|ag)\.([^.\s]+)\.", re.S)
 
 

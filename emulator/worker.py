@@ -71,17 +71,36 @@ def set_torchrun_env(ns: argparse.Namespace) -> None:
     os.environ.setdefault("TORCHELASTIC_RUN_ID", "maya")
 
 
+def write_setup_failure(ns: argparse.Namespace, message: str) -> None:
+    """The emulator itself could not start (unknown GPU, shim build failed): still leave the outputs."""
+    from emulator.capture.trace_rows import TraceRows
+    from emulator.trace.io import write_json, write_rank_trace
+
+    rows = TraceRows(ns.rank)
+    write_rank_trace(ns.out, ns.rank, rows.to_table())
+    write_json(ns.out / "ranks" / f"rank={ns.rank}.json", {
+        "rank": ns.rank, "ok": False, "error": message, "oom": False, "peak_allocated": 0, "peak_reserved": 0,
+        "iterations": 0, "unsupported_ops": {}, "placeholders": {}, "wall_s": 0.0, "op_hash": rows.op_hash(),
+        "groups": [], "n_events": 0, "torch_version": None, "gpu": ns.gpu, "setup_failed": True})
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(list(sys.argv[1:] if argv is None else argv))
     set_torchrun_env(ns)
-    from emulator.hardware import get_gpu
+    from emulator.device.boot import DeviceBootError, boot
+    from emulator.hardware import UnknownGPUError, get_gpu
 
-    spec = get_gpu(ns.gpu)
-    policy = "profile" if ns.profile else ("cpu" if spec.is_cpu else "emulate")
-    if policy == "emulate":
-        from emulator.device.boot import boot
-
-        boot(ns.local_world_size, spec.capability)
+    try:
+        spec = get_gpu(ns.gpu)
+        policy = "profile" if ns.profile else ("cpu" if spec.is_cpu else "emulate")
+        if policy == "emulate":
+            # a CUDA build of torch on a machine with GPUs must not touch them: hide them from the driver
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+            boot(ns.local_world_size, spec.capability)
+    except (UnknownGPUError, DeviceBootError) as e:
+        print(f"maya worker: {e}", file=sys.stderr)
+        write_setup_failure(ns, f"maya: {e}")
+        return EXIT_FAILED
     from emulator.capture.session import Session
 
     session = Session(ns, spec, policy)

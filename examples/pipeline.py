@@ -1,13 +1,16 @@
-"""Train a Llama with pipeline parallelism (`torch.distributed.pipelining`, 1F1B), optionally with FSDP2 over dp.
+"""Train a Llama with pipeline parallelism (`torch.distributed.pipelining`, 1F1B), optionally with FSDP2 and TP.
 
 Each pipeline rank builds the whole model on the meta device, deletes the layers it does not
 own (the first stage keeps the embedding, the last the final norm and output projection) and
-materialises only its own part. The world is a (dp, pp) DeviceMesh: each batch is cut into
-micro-batches that flow through the stages with a one-forward-one-backward schedule.
+materialises only its own part. The world is a (dp, pp, tp) DeviceMesh: each batch is cut into
+micro-batches that flow through the stages with a one-forward-one-backward schedule; with
+`--tp` each stage is also tensor/sequence parallel (the plan of examples/tp_fsdp2.py) and
+with dp > 1 it is sharded with FSDP2 over dp. Three-dimensional parallelism in ~130 lines.
 
     torchrun --nproc-per-node 2 examples/pipeline.py --model tiny --steps 5
     torchrun --nproc-per-node 4 examples/pipeline.py --pp 2 --model tiny       # 2 stages x dp 2
     maya predict --gpu h100 --nproc-per-node 8 examples/pipeline.py --model llama3-8b --pp 4 --batch-size 8
+    maya emulate --gpu h100 --nproc-per-node 8 --nnodes 8 examples/pipeline.py --pp 4 --tp 2 --layers 4
 """
 
 import torch
@@ -18,6 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 from torch.distributed.tensor import DTensor
+from tp_fsdp2 import tensor_parallel
 
 
 def build_stage(cfg, stage: int, stages: int) -> Transformer:
@@ -56,28 +60,36 @@ def main():
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--pp", type=int, help="pipeline stages (default: the whole world)")
     p.add_argument("--microbatches", type=int, help="micro-batches per step (default: the number of stages)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree inside each stage")
     args = p.parse_args()
     device, rank, world = setup()
-    pp = args.pp or world
+    tp = args.tp
+    pp = args.pp or world // tp
     cfg = model_config(args)
     microbatches = args.microbatches or pp
-    if world % pp or pp > cfg.layers:
-        raise SystemExit(f"--pp {pp} must divide the world size {world} and not exceed the {cfg.layers} layers")
+    if world % (pp * tp) or pp > cfg.layers:
+        raise SystemExit(f"--pp {pp} x --tp {tp} must divide the world size {world}, and pp not exceed the "
+                         f"{cfg.layers} layers")
+    if tp > 1 and (cfg.kv_heads % tp or cfg.seq_len % tp or cfg.vocab % tp):
+        raise SystemExit(f"--tp {tp} must divide the kv heads, the sequence length and the vocabulary")
     if args.batch_size % microbatches or microbatches < pp:
         raise SystemExit(f"--batch-size {args.batch_size} must split into {microbatches} micro-batches (>= {pp})")
     if cfg.tie_embeddings and pp > 1:
         raise SystemExit("tied embeddings cannot span pipeline stages; use a preset with untied embeddings")
     torch.manual_seed(args.seed)
-    mesh = init_device_mesh(device.type, (world // pp, pp), mesh_dim_names=("dp", "pp"))
+    dp = world // (pp * tp)
+    mesh = init_device_mesh(device.type, (dp, pp, tp), mesh_dim_names=("dp", "pp", "tp"))
     stage_idx, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
 
     model = build_stage(cfg, stage_idx, pp)
+    if tp > 1:
+        tensor_parallel(model, mesh["tp"])
     if rank == 0:
         with torch.device("meta"):
             total = count_params(Transformer(cfg))
-        print(f"{total / 1e6:.1f}M parameters, pp={pp} x dp={world // pp}, "
+        print(f"{total / 1e6:.1f}M parameters, dp={dp} x pp={pp} x tp={tp}, "
               f"{microbatches} micro-batches on {device.type}", flush=True)
-    if world // pp > 1:
+    if dp > 1:
         for layer in model.layers.values():
             fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=False)
         fully_shard(model, mesh=mesh["dp"], reshard_after_forward=False)
@@ -89,7 +101,8 @@ def main():
     first, last = stage_idx == 0, stage_idx == pp - 1
     opt = optimizer(model, args.lr)
     data = batches(cfg, args.batch_size, device, args.seed + dp_rank)  # every stage of a pipeline draws the same batch
-    log = StepLog(0 if (last and dp_rank == 0) else 1, args.log_every, (world // pp) * args.batch_size * cfg.seq_len)
+    logger = last and dp_rank == 0 and mesh["tp"].get_local_rank() == 0
+    log = StepLog(0 if logger else 1, args.log_every, dp * args.batch_size * cfg.seq_len)
     for step in range(args.steps):
         x, y = next(data)
         losses = []

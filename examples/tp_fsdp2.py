@@ -27,11 +27,13 @@ from torch.distributed.tensor.parallel import (
 
 def tensor_parallel(model: Transformer, tp_mesh) -> None:
     """Shard `model` in place over `tp_mesh`; activations between blocks stay split along the sequence."""
-    parallelize_module(model, tp_mesh, {
+    root_plan = {
         "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
         "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    })
+    }
+    # a pipeline stage may lack some of these (examples/pipeline.py reuses this plan)
+    parallelize_module(model, tp_mesh, {k: v for k, v in root_plan.items() if getattr(model, k) is not None})
     block_plan = {
         "attn_norm": SequenceParallel(),
         "attn": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),

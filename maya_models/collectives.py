@@ -27,7 +27,7 @@ import pandas as pd
 from emulator.hardware import get_gpu
 from emulator.roofline import collective_time, link, roofline_durations
 from maya_models.features import collective_columns, collective_features, ring_factor, ring_steps
-from maya_models.kernels import XGB_THREADS
+from maya_models.kernels import XGB_THREADS, check_fingerprint, roofline_fingerprint
 
 LEARNED, FALLBACK = "learned", "fallback"
 COLLECTIVE_KINDS = ("collective", "p2p")
@@ -152,7 +152,8 @@ class CollectivePredictor:
         if self.booster is not None:
             self.booster.save_model(str(path / "residual.ubj"))
         meta = {"type": "collectives", "gpu": self.gpu, "priors": self.priors, "envelope": self.envelope,
-                "features": self.features, "info": self.info, "boosted": self.booster is not None}
+                "features": self.features, "boosted": self.booster is not None,
+                "info": {**self.info, "roofline_fingerprint": roofline_fingerprint()}}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
 
@@ -166,4 +167,5 @@ class CollectivePredictor:
         if meta.get("boosted"):
             booster = xgb.Booster()
             booster.load_model(str(path / "residual.ubj"))
+        check_fingerprint(meta.get("info", {}), f"collective predictor for {meta['gpu']}")
         return cls(meta["gpu"], meta["priors"], meta["envelope"], booster, meta["features"], meta.get("info", {}))

@@ -108,6 +108,12 @@ def _row_features(op, shapes, dtypes, strides, args, out_shapes, out_dtypes, spe
     f["out_numel"] = float(sum(numel(s) for s in out_shapes)) if out_shapes else f["numel0"]
     f["log_numel0"] = math.log10(f["numel0"] + 1)
     f["waves_elem"] = f["numel0"] / (spec.sm_count * 2048 * 4)  # 2048 threads/SM, 4 elements per thread
+    # embedding / index_select read only the gathered rows of the table, not all of it
+    if fam == "embedding" and len(shapes) > 1 and shapes[0]:
+        gathered = numel(shapes[1]) * int(shapes[0][-1]) * dtype_bytes(dtype)
+        f["log_gather_ratio"] = math.log10((gathered + 1) / (nbytes + 1))
+    else:
+        f["log_gather_ratio"] = 0.0
     a = json.loads(args) if args else {}
     # GEMM geometry
     g = gemm_dims(op, shapes) if fam == "gemm" else None
@@ -188,7 +194,9 @@ def collective_columns(df: pd.DataFrame) -> pd.DataFrame:
         "group_size": [max(int(_num(v, 1)), 1) for v in gs],
         "nnodes": [max(int(_num(v, 1)), 1) for v in nn],
     }, index=df.index)
-    out["gpus_per_node"] = [max(int(_num(v, g // max(k, 1))), 1) for v, g, k in
+    # group members per node: traces may give the node's GPU count (8) for a 2-GPU group inside it;
+    # measurements record the members, so take the smaller of the two
+    out["gpus_per_node"] = [max(min(int(_num(v, 1 << 30)), math.ceil(g / max(k, 1))), 1) for v, g, k in
                             zip(gp, out["group_size"], out["nnodes"], strict=True)]
     out.loc[out["collective"] == "send", "group_size"] = out.loc[out["collective"] == "send", "group_size"].clip(2)
     out["level"] = np.where(out["nnodes"] > 1, "inter", "intra")

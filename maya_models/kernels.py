@@ -110,7 +110,8 @@ class KernelPredictor:
     def save(self, path: Path) -> Path:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        meta = {"type": "kernels", "gpu": self.gpu, "info": self.info, "families": {}}
+        meta = {"type": "kernels", "gpu": self.gpu, "families": {},
+                "info": {**self.info, "roofline_fingerprint": roofline_fingerprint()}}
         for fam, m in self.families.items():
             if m.booster is not None:
                 m.booster.save_model(str(path / f"{fam}.ubj"))
@@ -132,7 +133,29 @@ class KernelPredictor:
                 b = xgb.Booster()
                 b.load_model(str(path / f"{fam}.ubj"))
             fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0))
+        check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
+
+
+def roofline_fingerprint() -> str:
+    """A hash of emulator.roofline's constants. Learned corrections are ratios to that roofline, so a
+    predictor trained under other constants is stale: `load` warns when the fingerprint changed."""
+    import hashlib
+
+    from emulator import roofline as r
+
+    blob = json.dumps([r.FAMILY_EFFICIENCY, sorted(r.TENSOR_CORE_FAMILIES), r.LAUNCH_FLOOR_S, r.CPU_LAUNCH_FLOOR_S,
+                       r.PCIE_EFFICIENCY, r.COLLECTIVE_BASE_S, r.LINK_EFFICIENCY], sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def check_fingerprint(info: dict, where: str) -> None:
+    import warnings
+
+    trained = info.get("roofline_fingerprint")
+    if trained and trained != roofline_fingerprint():
+        warnings.warn(f"{where} was trained against other emulator.roofline constants ({trained} != "
+                      f"{roofline_fingerprint()}); retrain it (python -m maya_models.train)", stacklevel=3)
 
 
 def _with_flops(df: pd.DataFrame) -> pd.DataFrame:

@@ -35,33 +35,6 @@ def model_signature():
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 
-def contract_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """A trace/measurement frame reduced to the input contract (lists -> JSON strings, numbers -> float)."""
-    import json
-
-    import numpy as np
-
-    out = pd.DataFrame(index=range(len(df)))
-    for c in STRING_COLUMNS + OPTIONAL_STRING:
-        if c not in df.columns:
-            if c in OPTIONAL_STRING:
-                continue
-            out[c] = "" if c != "args" else "{}"
-            continue
-        vals = []
-        for v in df[c].tolist():
-            if isinstance(v, np.ndarray):
-                v = v.tolist()
-            if isinstance(v, list | tuple):
-                v = json.dumps([x.tolist() if isinstance(x, np.ndarray) else x for x in v])
-            vals.append("" if v is None or (isinstance(v, float) and v != v) else str(v))
-        out[c] = vals
-    for c in NUMERIC_COLUMNS + OPTIONAL_NUMERIC:
-        if c in df.columns:
-            out[c] = pd.to_numeric(df[c], errors="coerce").astype("float64").to_numpy()
-    return out
-
-
 class MayaPredictorModel(mlflow.pyfunc.PythonModel):
     """Wraps a KernelPredictor or CollectivePredictor saved as a folder artifact."""
 

@@ -192,7 +192,8 @@ def list_models(gpu: str | None = None) -> list[dict]:
     for rm in c.search_registered_models():
         if not rm.name.startswith("maya-") or (gpu and not rm.name.endswith(f"-{gpu}")):
             continue
-        for v in c.search_model_versions(f"name='{rm.name}'"):
+        for found in c.search_model_versions(f"name='{rm.name}'"):
+            v = c.get_model_version(rm.name, found.version)  # search results leave aliases out
             out.append({"model": rm.name, "version": str(v.version), "aliases": list(v.aliases or []),
                         "eval_score": v.tags.get("maya.eval_score"), "run_id": v.run_id,
                         "created": v.creation_timestamp})
@@ -235,8 +236,11 @@ def main(argv=None) -> int:
                 r = publish(a.gpu, kind=kind)
                 print(f"{r['model']}: {'promoted' if r['promoted'] else 'kept'} ({r['reason']}); "
                       f"champion v{r['champion']}")
+        except RegistryError as e:
+            print(e)
+            rc = 1
         except Exception as e:  # noqa: BLE001 - the CLI reports every failure as a message
-            print(f"{model_name(kind, a.gpu)}: {e}")
+            print(f"{model_name(kind, a.gpu)}: {type(e).__name__}: {e}")
             rc = 1
     return rc
 

@@ -291,6 +291,8 @@ def train_collective_predictor(gpu: str, *, root=None, data: pd.DataFrame | None
     predictor = CollectivePredictor.fit(gpu, parts, trained_on)
     predictor.info.update(mode=mode, why=why)
     score, metrics = collective_scores(predictor, test)
+    for m in metrics.values():
+        m["trained_on"] = trained_on
     plots = {}
     if len(test):
         pred = predict_as_measured(predictor, test)

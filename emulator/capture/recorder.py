@@ -75,9 +75,11 @@ class Recorder(TorchDispatchMode):
         self.collectives = CollectiveCounter()
         # ((group, coll_seq, peer, op), row) of c10d collectives and p2p ops not waited yet
         self.pending_waits: list[tuple[tuple[str, int, int | None, str], int]] = []
-        self.tensor_coll: dict[int, tuple[str, int]] = {}  # id(functional collective output) -> (group, seq)
+        # storage of a functional collective's output -> (group, coll_seq, op), for its wait_tensor
+        self.tensor_coll: dict[int, tuple[str, int, str]] = {}
         self.tracker = ModuleStack()
         self._placeholder_now = False
+        self._unsupported_now = False
         self.iteration_wall_s: list[float] = []  # emulation speed: wall and CPU seconds per iteration
         self.iteration_cpu_s: list[float] = []
         self._iter_start = (time.perf_counter(), time.process_time())
@@ -165,6 +167,8 @@ class Recorder(TorchDispatchMode):
 
     def _mem(self) -> tuple[int | None, int | None]:
         if self.memory is None:
+            if self._cuda_timing:  # profiling on a real GPU: its own allocator's numbers
+                return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
             return None, None
         return self.memory.allocated, self.memory.reserved
 

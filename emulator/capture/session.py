@@ -20,8 +20,7 @@ from emulator.capture import state
 from emulator.capture.recorder import Recorder, StopEmulation
 from emulator.hardware import GPUSpec
 from emulator.trace.io import write_json, write_rank_trace
-
-EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
+from emulator.worker import EXIT_FAILED, EXIT_OK, EXIT_OOM
 
 
 class Session:
@@ -58,6 +57,9 @@ class Session:
             cuda_shim.install(self.spec, ns.local_world_size, rec)
             cuda_shim.set_device(0)
             memory.install_resize_hook(stream_id)
+            from emulator.capture import checkpoint
+
+            checkpoint.install(rec, stream_id)
         from emulator.distributed import fake_pg
 
         fake_pg.install(ns.rank, ns.world_size, recorder=rec, real=self.policy == "profile")
@@ -65,8 +67,26 @@ class Session:
             from emulator.distributed import objects
 
             objects.install(ns.out, ns.rank)
+        self._install_compile_fallback()
         state.set_recorder(rec)
         return rec
+
+    def _install_compile_fallback(self) -> None:
+        """torch.compile does not compile under a dispatch mode; say so instead of pretending.
+
+        The model runs eagerly (unfused ops are recorded) and the summary counts the calls under
+        `eager_fallbacks`, so a prediction for a compiled model is known to be pessimistic."""
+        self.eager_fallbacks: Counter[str] = Counter()
+        original = torch.compile
+
+        def eager_compile(model=None, *args, **kwargs):
+            self.eager_fallbacks["torch.compile"] += 1
+            if model is None:  # used as @torch.compile(...)
+                return lambda fn: fn
+            return model
+
+        eager_compile.__wrapped__ = original
+        torch.compile = eager_compile
 
     def _run_program(self) -> None:
         ns = self.ns
@@ -118,6 +138,8 @@ class Session:
         mem = self.recorder.memory
         if mem is not None:
             return int(mem.allocator.peak_allocated), int(mem.allocator.peak_reserved)
+        if self.recorder.device_type == "cuda":  # profiling on a real GPU
+            return int(torch.cuda.max_memory_allocated()), int(torch.cuda.max_memory_reserved())
         import resource
 
         peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # host memory (cpu target)
@@ -141,6 +163,7 @@ class Session:
             "world_size": ns.world_size, "local_world_size": ns.local_world_size, "mode": self.policy,
             "event_kinds": dict(Counter(rec.rows.cols["kind"])),
             "iteration_wall_s": rec.iteration_wall_s, "iteration_cpu_s": rec.iteration_cpu_s,
+            "eager_fallbacks": dict(self.eager_fallbacks),
         }
         write_json(ns.out / "ranks" / f"rank={ns.rank}.json", summary)
 

@@ -185,7 +185,8 @@ def set_device(device) -> None:
         raise RuntimeError(f"CUDA error: invalid device ordinal (device {idx}, the emulated node has "
                            f"{_state['count']} GPUs)")
     _state["device"] = idx
-    torch._C._accelerator_setDeviceIndex(idx)
+    if _state.get("native_guard"):  # our C++ guard (CPU build); a CUDA build's guard would touch the driver
+        torch._C._accelerator_setDeviceIndex(idx)
 
 
 def _exchange_device(device: int) -> int:
@@ -354,7 +355,10 @@ def _missing_c_attr(name: str):
 
 def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
     """Patch torch.cuda (and torch.cuda.memory / torch.accelerator helpers) to answer as `spec`."""
-    _state.update(spec=spec, count=int(device_count), sink=sink, device=0, streams={}, defaults={})
+    from emulator.device import boot
+
+    _state.update(spec=spec, count=int(device_count), sink=sink, device=0, streams={}, defaults={},
+                  native_guard=boot.is_booted())
     props = [FakeDeviceProperties(name=spec.name, total_memory=int(spec.memory_bytes),
                                   multi_processor_count=int(spec.sm_count), major=spec.capability[0],
                                   minor=spec.capability[1], pci_bus_id=i) for i in range(int(device_count))]
@@ -425,4 +429,4 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
     cstreams.Stream, cstreams.Event = FakeStream, FakeEvent
     if not hasattr(torch._C, "_cuda_getDeviceCount"):  # CPU build: name unknown CUDA bindings clearly
         torch._C.__getattr__ = _missing_c_attr
-    torch._C._accelerator_setDeviceIndex(0)
+    set_device(0)

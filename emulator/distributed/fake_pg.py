@@ -100,6 +100,7 @@ def install(rank: int, world_size: int, recorder=None, real: bool = False) -> No
             return original(backend=be, timeout=timeout, rank=rank, world_size=world_size, **kwargs)
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
+        # backend-specific options (NCCL pg_options, ...) mean nothing to the fake group: not passed
         return original(backend="fake", store=FakeStore(), rank=rank, world_size=world_size,
                          **({"timeout": timeout} if timeout is not None else {}))
 

@@ -34,7 +34,6 @@ class Exchange:
         self.rank = rank
         self.timeout_s = timeout_s
         self.counters: dict[str, int] = {}
-        self.root.mkdir(parents=True, exist_ok=True)
 
     def _key(self, channel: str) -> Path:
         n = self.counters.get(channel, 0)
@@ -43,6 +42,7 @@ class Exchange:
 
     def put(self, channel: str, value) -> None:
         path = self._key(channel)
+        self.root.mkdir(parents=True, exist_ok=True)  # only programs that exchange objects get the folder
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp.")
         with os.fdopen(fd, "wb") as f:
             pickle.dump(value, f)

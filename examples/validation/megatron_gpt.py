@@ -128,18 +128,19 @@ def build_groups(world: int, tp: int, pp: int):
     if world == 1:
         return dp, coord, groups
     at = lambda p, d, t: (p * dp + d) * tp + t
+    group = lambda ranks: dist.new_group(ranks) if len(ranks) > 1 else None  # size 1: no communication
     for p in range(pp):
         for d in range(dp):
-            g = dist.new_group([at(p, d, t) for t in range(tp)])
+            g = group([at(p, d, t) for t in range(tp)])
             groups["tp"] = g if (p, d) == (coord["pp"], coord["dp"]) else groups["tp"]
         for t in range(tp):
-            g = dist.new_group([at(p, d, t) for d in range(dp)])
+            g = group([at(p, d, t) for d in range(dp)])
             groups["dp"] = g if (p, t) == (coord["pp"], coord["tp"]) else groups["dp"]
     for d in range(dp):
         for t in range(tp):
             ranks = [at(p, d, t) for p in range(pp)]
-            g = dist.new_group(ranks)
-            emb = dist.new_group([ranks[0], ranks[-1]]) if pp > 1 else None
+            g = group(ranks)
+            emb = group([ranks[0], ranks[-1]]) if pp > 1 else None
             if (d, t) == (coord["dp"], coord["tp"]):
                 groups["pp"], groups["emb"] = g, emb
     return dp, coord, groups

@@ -92,24 +92,24 @@ def gpu_description() -> dict:
                      _try(nv.nvmlDeviceGetPowerManagementLimit, h)),
                  "temperature_c": _try(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
                  "throttle_reasons": _throttle_reasons(nv, h), "nvlink": [], "p2p": {}}
+            remote = getattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None) or nv.nvmlDeviceGetNvLinkRemotePciInfo
             for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
                 try:
                     if nv.nvmlDeviceGetNvLinkState(h, link) == nv.NVML_FEATURE_ENABLED:
-                        peer = nv.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link)
-                        d["nvlink"].append({"link": link, "peer_bus_id": _s(peer.busId)})
-                except nv.NVMLError:
+                        d["nvlink"].append({"link": link, "peer_bus_id": _s(remote(h, link).busId)})
+                except Exception:  # noqa: BLE001 - NVMLError past the last link, or no NVLink at all
                     break
             for j, hj in enumerate(handles):
                 if j != i:
                     try:
                         lvl = nv.nvmlDeviceGetTopologyCommonAncestor(h, hj)
                         d["p2p"][str(j)] = int(lvl)
-                    except nv.NVMLError as e:
-                        d["p2p"][str(j)] = f"unavailable: {e}"
+                    except Exception as e:  # noqa: BLE001
+                        d["p2p"][str(j)] = f"unavailable: {type(e).__name__}: {e}"
             out["devices"].append(d)
         return out
-    except nv.NVMLError as e:
-        return {"available": False, "reason": f"NVML query failed: {e}"}
+    except Exception as e:  # noqa: BLE001 - NVMLError or a binding without some call: no crash, say why
+        return {"available": False, "reason": f"NVML query failed: {type(e).__name__}: {e}"}
     finally:
         try:
             nv.nvmlShutdown()

@@ -102,6 +102,9 @@ def attention(device: torch.device, configs, dtypes) -> Iterator[Signature]:
         if outs is None:
             continue
         o, lse = _desc(outs[0]), _desc(outs[1])
+        # the RNG state the backward takes is what the forward returned (flash: rng_state, unused;
+        # efficient: philox seed, offset); their shapes/dtypes differ by device and version
+        seed, offset = (_desc(outs[2]), _desc(outs[3])) if len(outs) >= 4 else (([], "int64", []),) * 2
         shapes = [o[0], *qkv, o[0], lse[0]]
         dts = [o[1], dt, dt, dt, o[1], lse[1]]
         strides = [o[2], *[contiguous_strides(x) for x in qkv], o[2], lse[2]]
@@ -109,14 +112,14 @@ def attention(device: torch.device, configs, dtypes) -> Iterator[Signature]:
             # cum_seq_q/k are undefined for dense batches; philox seed/offset are int64 scalars
             args = {"cum_seq_q": None, "cum_seq_k": None, "max_q": s, "max_k": s, "dropout_p": 0.0,
                     "is_causal": causal}
-            shapes += [[], []]
-            dts += ["int64", "int64"]
-            strides += [[], []]
+            shapes += [seed[0], offset[0]]
+            dts += [seed[1], offset[1]]
+            strides += [seed[2], offset[2]]
             yield _sig(bwd_op, shapes, dts, strides, args)
         elif bwd_op.endswith("efficient_attention_backward"):
-            shapes = [o[0], *qkv, o[0], lse[0], [], []]
-            dts = [o[1], dt, dt, dt, o[1], lse[1], "int64", "int64"]
-            strides = [o[2], *[contiguous_strides(x) for x in qkv], o[2], lse[2], [], []]
+            shapes = [o[0], *qkv, o[0], lse[0], seed[0], offset[0]]
+            dts = [o[1], dt, dt, dt, o[1], lse[1], seed[1], offset[1]]
+            strides = [o[2], *[contiguous_strides(x) for x in qkv], o[2], lse[2], seed[2], offset[2]]
             yield _sig(bwd_op, shapes, dts, strides, {"attn_bias": None, "dropout_p": 0.0,
                                                       "grad_input_mask": [True, True, True, False],
                                                       "is_causal": causal})

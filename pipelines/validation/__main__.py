@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="rerun cases even when a finished run is cached")
     p.add_argument("--resimulate", action="store_true",
                    help="reuse finished emulations but simulate again (e.g. after new predictors)")
+    p.add_argument("--stored", action="store_true",
+                   help="run nothing: report the cases that already have results (re-render the report)")
     p.add_argument("--only", help="run only the cases whose name contains this")
     p.add_argument("--out", type=Path, help="report folder (default <warehouse>/validation)")
     p.add_argument("--timeout-s", type=float, default=900, help="per maya command")
@@ -27,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--cpu-only and --gpu-only exclude each other")
     console = Console(width=max(Console().width, 140))
     rep = run_validation(cpu=not a.gpu_only, gpu=not a.cpu_only, quick=a.quick, fresh=a.fresh, out_dir=a.out,
-                         only=a.only, timeout_s=a.timeout_s, console=console, resimulate=a.resimulate)
+                         only=a.only, timeout_s=a.timeout_s, console=console, resimulate=a.resimulate,
+                         stored=a.stored)
     failed = [r["name"] for s in ("cpu", "gpu") for r in (rep.get(s) or {}).get("rows", [])
               if r["predicted_s"] is None and not r["oom"]]
     if failed:

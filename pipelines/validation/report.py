@@ -66,7 +66,7 @@ def table_summary(rows: list[dict], target: tuple[str, float]) -> dict:
 def _secs(x: float | None) -> str:
     if x is None or x != x:
         return "-"
-    return f"{x * 1e3:.1f} ms" if x < 10 else f"{x:.2f} s"
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
 
 
 def _coverage(row: dict) -> str:
@@ -113,6 +113,20 @@ def markdown_summary(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def host_bound(rows: list[dict]) -> str:
+    """A diagnosis line: how many predictions the simulated host time (not the device) determines."""
+    scored = [r for r in rows if r.get("predicted_s") and r.get("breakdown_s")]
+    bound = [r for r in scored if (r["breakdown_s"].get("host") or 0) > (r["breakdown_s"].get("compute") or 0)]
+    if not bound:
+        return ""
+    over = [r for r in bound if (r.get("maya_error") or 0) > 0]
+    return (f"\n{len(bound)} of {len(scored)} predictions are host-bound: the simulated host time (the trace's "
+            f"recorded host gaps plus launch overhead) exceeds the device compute time, so the iteration time is "
+            f"the host's; {len(over)} of them over-predict. The `maya host / device` column shows both; where the "
+            f"device figure is close to the measurement, the error comes from the host-gap timing, not from the "
+            f"kernel predictors.\n")
+
+
 def failures(rows: list[dict]) -> str:
     bad = [r for r in rows if r.get("error")]
     if not bad:
@@ -139,6 +153,7 @@ def render_markdown(report: dict) -> str:
         parts.append(section.get("preamble", "") + "\n")
         parts.append(markdown_table(section["rows"]))
         parts.append("\n" + markdown_summary(section["summary"]))
+        parts.append(host_bound(section["rows"]))
         parts.append(failures(section["rows"]))
         if section.get("plot"):
             parts.append(f"\n![{key}]({section['plot']})\n")

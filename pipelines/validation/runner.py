@@ -10,6 +10,7 @@ should not redo them).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -87,6 +88,10 @@ def _fill_from_prediction(res: RunResult, out: Path) -> None:
     res.coverage = res.estimator.get("coverage") or {}
     res.emulation_wall_s = pred.get("emulation_wall_s")
     res.breakdown = pred.get("breakdown_s") or {}
+    if pred.get("hang"):
+        res.error = f"maya simulate reports that the job would hang: {json.dumps(pred['hang'])[:600]}"
+    elif res.predicted_s is None and not res.oom:
+        res.error = "maya simulate wrote no iteration time"
 
 
 def _cached(folder: Path, spec: dict, name: str = "result.json") -> RunResult | None:
@@ -181,14 +186,16 @@ def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 9
 
 
 def emulate_flags(case) -> list[str]:
-    """Extra `maya emulate` flags a case needs.
+    """Extra `maya emulate` flags a case needs: single-node jobs are emulated without rank deduplication.
 
-    torch.distributed.pipelining exchanges stage metadata between neighbouring stages as Python
-    objects before the first step; under emulation that needs every stage's rank running at the
-    same time, which rank deduplication (probing ranks in phases) does not give. Pipeline cases of
-    up to MAX_NO_DEDUP ranks are therefore emulated without deduplication; larger ones keep it.
+    Why (found by this validation, see the report): (1) torch.distributed.pipelining exchanges stage
+    metadata between neighbouring stages as Python objects before the first step, which needs every
+    stage's rank running at the same time, and deduplication probes ranks in phases; (2) when a
+    process group other than the default one spans the whole world (TP=4 on 4 GPUs, DDP over all
+    ranks), ranks expanded from a representative miss that group's collectives and the simulator
+    reports a hang. Up to MAX_NO_DEDUP ranks every rank is emulated; multi-node jobs keep dedup.
     """
-    if case.parallel.get("pp", 1) > 1 and case.world_size <= MAX_NO_DEDUP:
+    if case.world_size <= MAX_NO_DEDUP:
         return ["--no-dedup", "--jobs", str(case.world_size)]
     return []
 
@@ -264,6 +271,14 @@ def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float
     res.wall_s = time.perf_counter() - t0
     write_json(folder / "measured.json", res.to_dict())
     return res
+
+
+def stored_result(case, runs_dir: Path) -> RunResult | None:
+    """The stored result of a case's last run (with or without error), None if it never finished."""
+    try:
+        return RunResult(**read_json(runs_dir / case.name / "result.json"))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def cpu_result_done(case, runs_dir: Path) -> bool:

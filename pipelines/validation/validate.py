@@ -57,6 +57,8 @@ def _run_section(cases, run_one, console: Console | None, label: str) -> list[di
         if console:
             console.print(f"[dim][{label} {i}/{len(cases)}] {case.name}: {case.note}[/dim]")
         res = run_one(case)
+        if res is None:  # --stored: this case has not been run
+            continue
         la, la_note = _llm_analysis(case)
         row = report.row_for(case, res, la, la_note)
         rows.append(row)
@@ -69,11 +71,12 @@ def _run_section(cases, run_one, console: Console | None, label: str) -> list[di
 
 def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fresh: bool = False,
                    out_dir: Path | None = None, only: str | None = None, timeout_s: float = 900,
-                   console: Console | None = None, resimulate: bool = False) -> dict:
+                   console: Console | None = None, resimulate: bool = False, stored: bool = False) -> dict:
     """Run the CPU and/or GPU suites and write the report; returns the report dict.
 
     `only` keeps the cases whose name contains it; `resimulate` reuses finished emulations but
-    simulates them again (after new predictors); `fresh` reruns everything. The GPU table is
+    simulates them again (after new predictors); `fresh` reruns everything; `stored` runs nothing and
+    reports the cases that have stored results (re-render the report). The GPU table is
     skipped with a reason (not an error) when the shared holdout data is absent.
     """
     out_dir = Path(out_dir or default_out_dir())
@@ -81,7 +84,11 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
     rep: dict = {"generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": _machine(),
                  "quick": quick, "notes": list(NOTES)}
     keep = (lambda cs: [c for c in cs if only in c.name]) if only else (lambda cs: cs)
-    if cpu:
+    if cpu and stored:
+        rows = _run_section(keep(suites.cpu_cases(quick)), lambda c: runner.stored_result(c, runs), console, "cpu")
+        rep["cpu"] = {"rows": rows, "summary": report.table_summary(rows, report.CPU_TARGET),
+                      "preamble": CPU_PREAMBLE.format(load=runner.load_average() or float("nan"))}
+    elif cpu:
         cases = keep(suites.cpu_cases(quick))
         for i, case in enumerate(cases, 1):  # real runs and CPU emulations first ...
             if console:
@@ -105,10 +112,13 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
             if console:
                 console.print(f"[yellow]GPU table skipped: {e}[/yellow]")
         else:
-            _predictors({c.gpu for c in cases}, runs, rep, console)
-            rows = _run_section(cases, lambda c: runner.run_gpu_case(c, runs, timeout_s=timeout_s, fresh=fresh,
-                                                                 resimulate=resimulate),
-                                console, "gpu")
+            if stored:
+                run_one = lambda c: runner.stored_result(c, runs)
+            else:
+                _predictors({c.gpu for c in cases}, runs, rep, console)
+                run_one = lambda c: runner.run_gpu_case(c, runs, timeout_s=timeout_s, fresh=fresh,
+                                                        resimulate=resimulate)
+            rows = _run_section(cases, run_one, console, "gpu")
             rep["gpu"] = {"rows": rows, "summary": report.table_summary(rows, report.GPU_TARGET),
                           "preamble": GPU_PREAMBLE}
     paths = report.write_report(rep, out_dir)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from emulator.trace.schema import COLUMNS, KINDS, PHASES
-from tests.emulator.programs.harness import run_worker
+from tests.emulator.programs.harness import run_worker, shared_run
 
 
 @pytest.fixture(scope="module")
@@ -14,8 +14,8 @@ def train(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def misc(tmp_path_factory):
-    return run_worker("misc_api.py", tmp_path_factory.mktemp("misc"))
+def misc():
+    return shared_run("misc_api.py")
 
 
 def test_trace_has_every_schema_column_and_valid_values(train):
@@ -86,6 +86,11 @@ def test_unsupported_op_is_listed_and_the_program_continues(misc):
     assert json.loads(row.args)["unsupported"] is True
 
 
+def test_torch_compile_runs_eagerly_and_is_reported(misc):
+    assert misc.printed()["compiled_shape"] == "(1000, 1000)"
+    assert misc.summary["eager_fallbacks"] == {"torch.compile": 1}
+
+
 def test_failing_script_keeps_trace_and_traceback(tmp_path):
     run = run_worker("fails.py", tmp_path)
     assert run.rc == 1
@@ -113,19 +118,14 @@ def test_iterations_flag_stops_cleanly(tmp_path):
     assert run.trace.iteration.max() == 0
 
 
-def test_mark_iteration_for_loops_without_optimizer(tmp_path):
+def test_mark_iteration_and_system_exit(tmp_path):
     prog = tmp_path / "marks.py"
-    prog.write_text("import torch, emulator\nfor _ in range(3):\n"
-                    "    torch.randn(8, 8, device='cuda').sum()\n    emulator.mark_iteration()\n")
+    prog.write_text("import sys, torch, emulator\nfor _ in range(3):\n"
+                    "    torch.randn(8, 8, device='cuda').sum()\n    emulator.mark_iteration()\nsys.exit(0)\n")
     run = run_worker(str(prog), tmp_path / "out")
-    assert run.rc == 0 and run.summary["iterations"] == 3
+    assert run.rc == 0 and run.summary["ok"] is True  # SystemExit(0) is success
+    assert run.summary["iterations"] == 3
     assert run.trace.iteration.tolist() == [-1, -1, 0, 0, 1, 1]
-
-
-def test_system_exit_zero_is_success(tmp_path):
-    prog = tmp_path / "exit0.py"
-    prog.write_text("import sys, torch\ntorch.ones(2, device='cuda').add_(1)\nsys.exit(0)\n")
-    assert run_worker(str(prog), tmp_path / "out").rc == 0
     prog.write_text("import sys\nsys.exit(2)\n")
     run = run_worker(str(prog), tmp_path / "out2")
     assert run.rc == 1 and "status 2" in run.summary["error"]

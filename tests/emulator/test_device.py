@@ -1,13 +1,15 @@
 """The fake device: what the script sees of the target GPU, and the GPU-only decisions PyTorch makes."""
 
+import json
+
 import pytest
 
-from tests.emulator.programs.harness import run_worker
+from tests.emulator.programs.harness import run_worker, shared_run
 
 
 @pytest.fixture(scope="module")
-def misc(tmp_path_factory):
-    return run_worker("misc_api.py", tmp_path_factory.mktemp("misc"))
+def misc():
+    return shared_run("misc_api.py")
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +101,20 @@ def test_unknown_cuda_api_fails_naming_it(tmp_path):
     assert run.rc == 1
     assert "torch._C._cuda_getCurrentBlasHandle" in run.summary["error"]
     assert "handle=" not in run.stdout
+
+
+def test_fp16_amp_generator_checkpoint_and_host_copies(tmp_path):
+    run = run_worker("amp_fp16.py", tmp_path)
+    assert run.rc == 0, run.summary["error"]
+    seen = run.printed()
+    assert seen["scaler"] == "ok" and run.summary["iterations"] == 2  # GradScaler.step -> optimizer.step
+    assert seen["generator"] == "cpu"  # documented: the emulated CUDA generator is a CPU one (no numbers drawn)
+    assert int(seen["saved_bytes"]) > 0
+    assert seen["tensor_shape"] == "(3,)" and seen["host_shape"] == "(3,)"
+    assert seen["tolist"] == "[0, 0, 0]"  # data-dependent values read as placeholders
+    t = run.trace
+    save = t[t.op == "io::save"].iloc[0]
+    assert json.loads(save.args)["bytes"] == 4 * (16 * 16 + 16 + 4 * 16 + 4)
+    assert {"memcpy::h2d", "memcpy::d2h"} <= set(t.op)
+    fwd = t[(t.op == "aten::addmm") & (t.phase == "forward")]
+    assert all(set(d) == {"float16"} for d in fwd["dtypes"])

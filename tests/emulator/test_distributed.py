@@ -121,5 +121,5 @@ def test_pipeline_send_recv_with_correct_peers(tmp_path):
     # batch_isend_irecv works are waited by the schedule: one wait row per p2p op, naming it
     t = r1.trace[r1.trace.iteration == 0]
     p2p, waits = t[t.kind == "p2p"], t[(t.kind == "event_wait") & (t.op == "c10d::wait")]
-    assert sorted(zip(p2p.op, p2p.coll_seq)) == sorted(
-        (json.loads(a)["waits_for"], s) for a, s in zip(waits.args, waits.coll_seq))
+    assert sorted(zip(p2p.op, p2p.coll_seq, strict=True)) == sorted(
+        (json.loads(a)["waits_for"], s) for a, s in zip(waits.args, waits.coll_seq, strict=True))

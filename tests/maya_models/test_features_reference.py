@@ -85,3 +85,10 @@ def test_collective_features_know_topology():
     f = collective_features(df, get_gpu("h100"))
     assert f["hw_link_bw"].iloc[0] > f["hw_link_bw"].iloc[1]  # NVLink inside, NIC between nodes
     assert f["steps"].tolist() == [14.0, 30.0]
+
+
+def test_h200_evaluation_is_skipped_without_the_holdout(tmp_path, capsys):
+    from maya_models.evaluate import evaluate_h200
+
+    assert evaluate_h200(pd.DataFrame({"gpu": []}), tmp_path / "no-holdout") == []
+    assert "h200: skipped" in capsys.readouterr().out

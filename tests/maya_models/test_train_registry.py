@@ -95,7 +95,7 @@ def test_collectives_extrapolate_with_the_prior(trained):
     assert t[0] > 2**28 * 2 * 7 / 8 / 450e9  # never faster than NVLink's wire time
 
 
-def test_worse_challenger_is_not_promoted_and_rollback_works(trained, data):
+def test_worse_challenger_is_not_promoted_and_rollback_works(trained, data, capsys):
     from maya_models.registry import champion_version, rollback, set_champion
     from maya_models.train import publish, train_kernel_predictor
 
@@ -104,6 +104,12 @@ def test_worse_challenger_is_not_promoted_and_rollback_works(trained, data):
     r = publish("h100", kind="kernels", data=data)
     assert not r["promoted"] and r["challenger_score"] > r["champion_score"]
     assert champion_version("kernels", "h100") == "1"
+    from maya_models.registry import main
+
+    assert main(["list", "--gpu", "h100"]) == 0
+    assert main(["rollback", "--gpu", "h100", "--kind", "collectives"]) == 1  # nothing earlier: says so, fails
+    out = capsys.readouterr().out
+    assert "maya-kernels-h100" in out and "champion" in out and "no earlier champion" in out
     set_champion("kernels", "h100", "2")  # an operator forces it ...
     assert champion_version("kernels", "h100") == "2"
     assert rollback("kernels", "h100") == {"model": "maya-kernels-h100", "from": "2", "to": "1"}

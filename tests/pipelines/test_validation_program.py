@@ -1,4 +1,4 @@
-"""The validation training program really trains on CPU: single process, TP=2, and PP=2 x DP=2."""
+"""The validation training program really trains on CPU: single process, TP x DP, and PP (1F1B)."""
 
 from __future__ import annotations
 
@@ -42,14 +42,13 @@ def test_single_process_trains():
 
 
 @pytest.mark.slow
-def test_tensor_parallel_two_ranks():
-    losses = _run(2, "--tp", "2")
-    assert _near_uniform(losses[0])  # the vocab-parallel loss equals the full cross-entropy's scale
+def test_tensor_and_data_parallel_four_ranks():
+    losses = _run(4, "--tp", "2")  # TP=2 inside, DDP over the 2 data-parallel replicas
+    assert _near_uniform(losses[0])  # the vocab-parallel loss has the full cross-entropy's scale
 
 
 @pytest.mark.slow
-def test_pipeline_and_data_parallel_four_ranks_with_checkpointing():
-    losses = _run(4, "--pp", "2", "--global-batch", "8", "--checkpoint", "--dtype", "bf16")
+def test_pipeline_two_stages_with_checkpointing_and_bf16():
+    losses = _run(2, "--pp", "2", "--global-batch", "8", "--checkpoint", "--dtype", "bf16")  # 4 micro-batches, 1F1B
     assert _near_uniform(losses[0])
     assert all(math.isfinite(x) for x in losses)
-

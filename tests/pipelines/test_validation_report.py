@@ -111,3 +111,12 @@ def test_llm_analysis_baseline_is_flops_over_peak():
     assert t_tp == pytest.approx(t / 4, rel=1e-6)
     with pytest.raises(baselines.BaselineUnavailable, match="no config"):
         baselines.llm_analysis_s(model, par, "cpu", "fp32", False)
+
+
+def test_host_bound_predictions_are_called_out():
+    rows = [_row("a", 0.2, 2.4), _row("b", 1.0, 1.05)]
+    rows[0]["breakdown_s"] = {"host": 2.4, "compute": 0.22}
+    rows[1]["breakdown_s"] = {"host": 0.1, "compute": 1.0}
+    text = report.host_bound(rows)
+    assert "1 of 2 predictions are host-bound" in text and "1 of them over-predict" in text
+    assert "2.400 s / 220.0 ms" in report.markdown_table(rows)

@@ -13,7 +13,7 @@ from pipelines.validation.holdout import Case
 # A stand-in for `python -m emulator.cli`: `emulate` writes a one-rank trace and summary,
 # `simulate` writes prediction.json; it counts its calls so caching can be checked.
 FAKE_CLI = textwrap.dedent("""
-    import json, sys
+    import json, os, sys
     from pathlib import Path
     import pyarrow as pa
     from emulator.trace.io import write_rank_trace, write_summary, write_json
@@ -27,6 +27,8 @@ FAKE_CLI = textwrap.dedent("""
         table = pa.table({f.name: [r.get(f.name) for r in rows] for f in TRACE_SCHEMA}, schema=TRACE_SCHEMA)
         write_rank_trace(out, 0, table)
         write_summary(out, {"ok": True, "gpu": "h100", "world_size": 1, "nproc_per_node": 1, "nnodes": 1})
+    elif cmd == "simulate" and os.environ.get("FAKE_HANG"):
+        write_json(Path(args[0]) / "prediction.json", {"iteration_time_s": None, "hang": {"issues": ["all_reduce #0"]}})
     elif cmd == "simulate":
         write_json(Path(args[0]) / "prediction.json",
                    {"iteration_time_s": 0.55, "oom": False, "estimator": {"coverage": {"learned": 0.8}}})
@@ -73,3 +75,20 @@ def test_a_hanging_command_is_stopped_at_the_timeout(tmp_path):
     log = tmp_path / "log.txt"
     rc = runner._run([sys.executable, "-c", "import time; time.sleep(60)"], log, timeout_s=1)
     assert rc == 124 and "timed out" in log.read_text()
+
+
+def test_a_predicted_hang_is_an_error_row_and_the_emulation_is_reused(tmp_path, fake_cli, monkeypatch):
+    monkeypatch.setenv("FAKE_HANG", "1")
+    res = runner.run_gpu_case(_case(), tmp_path / "runs")
+    assert res.predicted_s is None and "hang" in res.error and "all_reduce #0" in res.error
+    monkeypatch.delenv("FAKE_HANG")
+    res = runner.run_gpu_case(_case(), tmp_path / "runs")  # the failed result is not reused ...
+    assert res.predicted_s == pytest.approx(0.55)
+    assert fake_cli.read_text().split() == ["emulate", "simulate", "simulate"]  # ... but the emulation is
+
+
+def test_single_node_cases_are_emulated_without_dedup_multi_node_with():
+    assert runner.emulate_flags(_case()) == ["--no-dedup", "--jobs", "1"]
+    big = Case(name="m", source="vtrain-multi", gpu="a100-80gb", world_size=64, nproc_per_node=8, nnodes=8,
+               measured_s=1.0, args=[], parallel={"pp": 2})
+    assert runner.emulate_flags(big) == []

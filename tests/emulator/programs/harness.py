@@ -71,3 +71,20 @@ def run_ranks(program: str, out: Path, *args: str, world: int = 2, gpu: str = "h
                               json.loads((out / "ranks" / f"rank={r}.json").read_text()),
                               pq.read_table(out / "trace" / f"rank={r}" / "part-0.parquet").to_pandas()))
     return runs
+
+
+_shared: dict[tuple, WorkerRun] = {}
+
+
+def shared_run(program: str, *args: str, **kwargs) -> WorkerRun:
+    """`run_worker` memoised for the test session: test modules that read the same run share it."""
+    import atexit
+    import shutil
+    import tempfile
+
+    key = (program, args, tuple(sorted(kwargs.items())))
+    if key not in _shared:
+        out = Path(tempfile.mkdtemp(prefix="maya-emulator-test-"))
+        atexit.register(shutil.rmtree, out, True)
+        _shared[key] = run_worker(program, out, *args, **kwargs)
+    return _shared[key]

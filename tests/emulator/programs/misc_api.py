@@ -47,5 +47,7 @@ w = z + 1
 torch.cuda.nvtx.range_pop()
 torch.cuda.synchronize()
 print(f"peak={torch.cuda.max_memory_allocated()} reserved={torch.cuda.memory_reserved()}")
+compiled = torch.compile(lambda t: t * 2)
+print(f"compiled_shape={tuple(compiled(w).shape)}")
 free, total = torch.cuda.mem_get_info()
 print(f"mem_total={total}")

@@ -1,0 +1,71 @@
+"""Simulate each class of identical ranks once, when that provably gives every rank's exact times.
+
+A 1,024-rank 3-D parallel job has a handful of distinct rank programs (one per pipeline stage,
+after the launcher's deduplication). Ranks of one class share a trace and have equal estimated
+durations; if, in addition, every collective a rank joins has members from the same set of
+classes as its class representative's collective at that row, and every p2p peer lies in the
+same class as the representative's peer, then by induction over simulated time all ranks of a
+class have identical op times: a collective ends at max(ready of members) + duration, and that
+max only depends on which classes take part. So the simulator runs the representatives only
+(a collective expects one arrival per class present) and every rank takes its class's times.
+
+`quotient` checks those conditions and returns None when any fails (the caller then simulates
+every rank); it also requires that each representative's groups hold the representatives of the
+classes present and that its p2p peers are representatives, so the sub-job is self-contained.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.collate import Job
+
+
+def quotient(job: Job, durations: list[np.ndarray]) -> tuple[list[int], list[int]] | None:
+    """(class representative ranks, class index of every rank), or None if classes are not provably exact."""
+    world = job.world_size
+    cls: list[int] = [0] * world
+    reps: list[int] = []
+    by_trace: dict[int, list[int]] = {}
+    for v, d in zip(job.ranks, durations, strict=True):
+        cands = by_trace.setdefault(v.rep.rank, [])
+        for c in cands:
+            if np.array_equal(durations[reps[c]], d):
+                cls[v.rank] = c
+                break
+        else:
+            cls[v.rank] = len(reps)
+            cands.append(len(reps))
+            reps.append(v.rank)
+    if len(reps) == world:
+        return None
+    rep_set = set(reps)
+    sig_cache: dict = {}
+
+    def signature(members) -> frozenset:
+        key = tuple(members)
+        s = sig_cache.get(key)
+        if s is None:
+            s = sig_cache[key] = frozenset(cls[m] for m in members)
+        return s
+
+    everyone = tuple(range(world))
+    for v in job.ranks:
+        rv = job.ranks[reps[cls[v.rank]]]
+        is_rep = v.rank in rep_set
+        peers_by_class: dict[int, set] = {}
+        for i in v.rep.ranked_rows:
+            if v.rep.kind[i] == "p2p":
+                p, rp = v.peer.get(i), rv.peer.get(i)
+                if p is None or rp is None or cls[p] != cls[rp] or (is_rep and p not in rep_set):
+                    return None
+                peers_by_class.setdefault(cls[p], set()).add(p)
+                continue
+            members = v.group_ranks.get(i) or everyone
+            if signature(members) != signature(rv.group_ranks.get(i) or everyone):
+                return None
+            if is_rep and not {cls[r] for r in members if r in rep_set} == signature(members):
+                return None
+        if any(len(s) > 1 for s in peers_by_class.values()):
+            return None  # several peers of one class: per-peer message order would not map onto the class
+    return reps, cls

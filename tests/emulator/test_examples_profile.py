@@ -1,0 +1,49 @@
+"""The example training scripts run for real on the CPU under `maya profile` (gloo, 1-2 ranks).
+
+This is the ground-truth path: same output layout as `maya emulate`, plus measured durations.
+Multi-process, so marked slow; still part of `make test`.
+"""
+
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from emulator.profile import run_profile
+from emulator.trace.io import read_rank_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+pytestmark = pytest.mark.slow
+
+CASES = [
+    ("gpt_single.py", 1, ["--steps", "2"]),
+    ("ddp.py", 2, ["--steps", "2"]),
+    ("fsdp2.py", 2, ["--steps", "2"]),
+    ("tp_fsdp2.py", 2, ["--steps", "2", "--tp", "2"]),
+    ("pipeline.py", 2, ["--steps", "2"]),
+]
+
+
+@pytest.mark.parametrize("script,world,argv", CASES, ids=[f"{c[0][:-3]}-w{c[1]}" for c in CASES])
+def test_example_profiles_on_cpu(tmp_path, script, world, argv):
+    out = tmp_path / "out"
+    s = run_profile(script=str(EXAMPLES / script), module=None, argv=argv, nproc_per_node=world, out=out)
+    assert s["ok"] and s["complete"], s.get("error")
+    assert s["mode"] == "profile" and s["gpu"] == "cpu" and s["world_size"] == world
+    assert s["iterations_found"] == 2 and s["ranks_emulated"] == list(range(world))
+    for r in range(world):
+        t = read_rank_trace(out, r)
+        kernels = t.filter(pc.equal(t.column("kind"), "kernel"))
+        assert kernels.num_rows > 50
+        assert pc.min(kernels.column("duration_s")).as_py() >= 0  # measured, not null
+        if world > 1:
+            colls = t.filter(pc.is_in(t.column("kind"), pa_strings(["collective", "p2p"])))
+            assert colls.num_rows > 0
+
+
+def pa_strings(values):
+    import pyarrow as pa
+
+    return pa.array(values, type=pa.string())
