@@ -275,7 +275,15 @@ def flops_and_bytes(op: str, shapes, dtypes, out_shapes=None, out_dtypes=None, a
     if fam in ("norm", "softmax_loss"):
         n_out = sum(numel(s) for s in out_shapes) or (numel(shapes[0]) if shapes else 0)
         return 5.0 * n_out, float(in_bytes + out_bytes)
-    if fam in ("embedding", "copy", "memset", "memcpy"):
+    if fam == "embedding":
+        # a gather reads only the looked-up rows (= output size) plus the indices, not the whole table;
+        # embedding_dense_backward scatters grad rows into a zeroed table it writes once.
+        idx_bytes = sum(tensor_bytes([s], [d]) for s, d in zip(shapes, dtypes, strict=False)
+                        if d in ("int64", "int32"))
+        if op == "aten::embedding_dense_backward":
+            return 0.0, float(2 * tensor_bytes(shapes[:1], dtypes[:1]) + idx_bytes + out_bytes)
+        return 0.0, float(2 * out_bytes + idx_bytes) if out_bytes else float(in_bytes)
+    if fam in ("copy", "memset", "memcpy"):
         if fam == "memset":
             return 0.0, float(out_bytes or in_bytes)
         return 0.0, float(in_bytes + out_bytes)

@@ -47,6 +47,9 @@ def add_errors(row: dict) -> dict:
     ok = measured is not None and measured == measured and measured > 0  # NaN-safe
     for label, key in ESTIMATES:
         row[err_key(label)] = rel_error(row.get(key), measured) if ok else None
+    b = row.get("breakdown_s") or {}
+    device = (b.get("compute") or 0.0) + (b.get("exposed_communication") or 0.0) if b.get("compute") else None
+    row["device_error"] = rel_error(device, measured) if ok and row.get("predicted_s") else None
     return row
 
 
@@ -54,6 +57,8 @@ def table_summary(rows: list[dict], target: tuple[str, float]) -> dict:
     """Summaries of maya and each baseline over `rows`, and whether maya meets `target`."""
     key, limit = target
     out = {label: summarize(r.get(err_key(label)) for r in rows) for label, _ in ESTIMATES}
+    # diagnostic, not a prediction: maya's device time (compute + exposed communication) alone
+    out["maya device time (diagnostic)"] = summarize(r.get("device_error") for r in rows)
     out["target"] = {"metric": key, "limit": limit, "met": meets(out["maya"], key, limit)}
     by_source: dict[str, list[dict]] = {}
     for r in rows:
@@ -101,10 +106,14 @@ def markdown_summary(summary: dict) -> str:
     t = summary["target"]
     lines = ["| estimate | rows scored | MAPE | median abs error | max abs error | median signed |",
              "|---|---|---|---|---|---|"]
-    for label, _ in ESTIMATES:
-        s = summary[label]
+    for label in [lbl for lbl, _ in ESTIMATES] + ["maya device time (diagnostic)"]:
+        s = summary.get(label)
+        if s is None:
+            continue
         lines.append(f"| {label} | {s['scored']}/{s['n']} | {pct(s['mape'])} | {pct(s['median_abs'])} "
                      f"| {pct(s['max_abs'])} | {pct(s['bias'], True)} |")
+    lines.append("\n(The diagnostic row scores maya's simulated device time, compute + exposed communication, "
+                 "without the host; it is not what `maya predict` reports.)")
     verdict = {True: "**met**", False: "**missed**", None: "**not scored**"}[t["met"]]
     lines.append(f"\nTarget: maya {t['metric'].replace('_', ' ')} <= {t['limit'] * 100:.0f}%: {verdict}.")
     if summary.get("by_source"):
@@ -139,11 +148,11 @@ def failures(rows: list[dict]) -> str:
 
 
 def render_markdown(report: dict) -> str:
-    parts = ["# maya validation\n", f"Generated {report['generated_at']} on {report['machine']}.\n"]
+    parts = ["# maya validation\n\n", f"Generated {report['generated_at']} on {report['machine']}.\n"]
     for key, title in (("cpu", "CPU: real runs here vs `maya predict --gpu cpu`"),
                        ("gpu", "GPU: published measurements vs `maya emulate` + `maya simulate`")):
         section = report.get(key)
-        parts.append(f"\n## {title}\n")
+        parts.append(f"\n## {title}\n\n")
         if section is None:
             parts.append("Not run.\n")
             continue

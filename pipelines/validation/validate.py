@@ -147,9 +147,9 @@ def print_tables(rep: dict, console: Console) -> None:
                       report._secs(r["llm_analysis_s"]), pct(r["llm_analysis_error"], True))
         console.print(t)
         s = section["summary"]
-        for label, _ in report.ESTIMATES:
+        for label in [lbl for lbl, _ in report.ESTIMATES] + ["maya device time (diagnostic)"]:
             v = s[label]
-            console.print(f"  {label:13s} scored {v['scored']}/{v['n']}  MAPE {pct(v['mape'])}  "
+            console.print(f"  {label:30s} scored {v['scored']}/{v['n']}  MAPE {pct(v['mape'])}  "
                           f"median |err| {pct(v['median_abs'])}")
         tgt = s["target"]
         verdict = {True: "[green]met[/green]", False: "[red]missed[/red]", None: "not scored"}[tgt["met"]]
