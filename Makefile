@@ -25,7 +25,9 @@ lint: $(STAMP)           ## ruff over the project
 	$(BIN)/ruff check emulator maya_models pipelines tests examples
 
 demo: $(STAMP)           ## default h100 predictors from reference data, then predict an example on 8xH100
-	$(BIN)/python -m emulator.demo
+	$(BIN)/python -m maya_models.bootstrap --gpu h100
+	$(BIN)/maya predict --gpu h100 --nproc-per-node 8 --iterations 2 --out out/demo \
+	    examples/fsdp2.py --model gpt2-small --batch-size 8 --steps 2
 
 calibrate: $(STAMP)      ## run the calibration chain for GPU=<part> (default cpu)
 	$(BIN)/maya calibrate --gpu $(GPU)

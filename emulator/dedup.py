@@ -13,7 +13,10 @@ stage, say), so emulating every rank wastes 99 % of the time. How roles are foun
    as an incomplete partition and always treated as significant.
 3. For each complete partition, emulate another member of the base's group (a *probe*) and
    compare its `op_hash` (a hash of the work, blind to rank ids and group names) with the base's:
-   equal means a rank's position along that partition does not change its work.
+   equal means a rank's position along that partition does not change its work. When it
+   differs and the group has 4+ members, a second interior member is probed: if the two
+   interior members agree, only the ends of the group are special (FSDP's last rank holds the
+   padded shard), and the interior is one class.
 4. A rank's *class* is its tuple of positions along the significant partitions. One
    representative per class is emulated (an already emulated rank other than 0 when possible,
    else the highest), and every rank maps to its class representative (`rank_map`).
@@ -156,10 +159,41 @@ def probes(parts: list[Partition], base: int) -> list[tuple[int, int]]:
     return out
 
 
-def classes(world_size: int, parts: list[Partition], significant: list[bool]) -> dict[int, tuple]:
-    """rank -> class key (its positions along the significant partitions)."""
-    sig = [p for p, s in zip(parts, significant, strict=True) if s]
-    return {r: tuple(p.position(r) for p in sig) for r in range(world_size)}
+def interior_probes(parts: list[Partition], base: int, probe_list: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(partition index, rank) one interior position further from `base` than its first probe.
+
+    Only for groups of 4 or more, where the first probe is interior (neither first nor last):
+    if the two interior ranks hash equal, the partition only distinguishes its ends (see
+    `boundary_position`)."""
+    out = []
+    for i, first in probe_list:
+        p = parts[i]
+        gi = p.group_of(base)
+        if gi is None or p.size < 4:
+            continue
+        pos = p.position(first) - 1
+        if pos >= 1:
+            out.append((i, p.groups[gi][pos]))
+    return out
+
+
+def boundary_position(p: Partition, rank: int) -> int:
+    """0 for the first member of its group, 2 for the last, 1 for every interior member.
+
+    Used for partitions whose two probed interior members do the same work while an end member
+    differs (FSDP: rank 0 logs, the last rank holds the padded shard). The assumption that all
+    interior members then agree is what `--verify`/MAYA_DEDUP_VERIFY checks.
+    """
+    pos = p.position(rank)
+    return 0 if pos == 0 else (2 if pos == p.size - 1 else 1)
+
+
+def classes(world_size: int, parts: list[Partition], significant: list[bool],
+            boundary: list[bool] | None = None) -> dict[int, tuple]:
+    """rank -> class key (its positions along the significant partitions; ends vs interior for boundary ones)."""
+    boundary = boundary or [False] * len(parts)
+    sig = [(p, b) for p, s, b in zip(parts, significant, boundary, strict=True) if s]
+    return {r: tuple(boundary_position(p, r) if b else p.position(r) for p, b in sig) for r in range(world_size)}
 
 
 @dataclass
@@ -169,10 +203,12 @@ class DedupResult:
     partitions: list[Partition]
     significant: list[bool]
     mismatches: list[dict]  # verified ranks whose hash differed from their representative's
+    boundary: list[bool] = field(default_factory=list)  # significant only at the group ends (see boundary_position)
 
     def to_json(self) -> dict:
-        return {"partitions": [dict(p.to_json(), significant=s) for p, s in zip(self.partitions, self.significant,
-                                                                                   strict=True)],
+        boundary = self.boundary or [False] * len(self.partitions)
+        return {"partitions": [dict(p.to_json(), significant=s, ends_only=b)
+                               for p, s, b in zip(self.partitions, self.significant, boundary, strict=True)],
                 "classes": len(set(self.rank_map.values())), "emulated": len(self.emulated),
                 "mismatches": self.mismatches}
 
@@ -197,7 +233,8 @@ def _hash(summary: dict) -> str | None:
 def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int = 0,
                 unit_of: Callable[[int], list[int]] | None = None) -> DedupResult | None:
     """Drive the phases above. `run_ranks(ranks)` emulates ranks (in parallel) and returns their summaries;
-    a missing or not-ok summary stops the search (None is returned: the caller reports the failure).
+    a missing summary, or one neither ok nor OOM, stops the search (None is returned: the caller reports
+    the failure). An OOM rank counts as emulated: its trace up to the failed allocation shows its role.
 
     `unit_of(rank)` names ranks that must be emulated together with `rank` (programs that exchange
     Python objects between ranks, like pipelining's shape inference): every batch is widened to whole
@@ -213,7 +250,7 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
             return True
         got = run_ranks(todo)
         done.update({r: s for r, s in got.items() if s is not None})
-        return all(r in done and done[r].get("ok") for r in todo)
+        return all(r in done and (done[r].get("ok") or done[r].get("oom")) for r in todo)
 
     # Rank 0 often does extra work (logging, checkpoints), so roles are probed around the last rank
     # instead, and rank 0 is always emulated and kept as its own trace.
@@ -227,7 +264,14 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
     significant = [True] * len(parts)
     for i, r in probe_list:
         significant[i] = _hash(done[r]) != _hash(done[base])
-    keys = classes(world_size, parts, significant)
+    boundary = [False] * len(parts)
+    inner = [(i, r) for i, r in interior_probes(parts, base, probe_list) if significant[i]]
+    if inner and not run([r for _, r in inner]):
+        return None
+    first_probe = dict(probe_list)
+    for i, r in inner:
+        boundary[i] = _hash(done[r]) == _hash(done[first_probe[i]])
+    keys = classes(world_size, parts, significant, boundary)
     rep_of_class: dict[tuple, int] = {}
     # Representatives: ranks already emulated first, highest first (again: low ranks are the ones
     # that tend to log), never rank 0 unless it is alone in its class.
@@ -253,7 +297,7 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
             if _hash(done[r]) != _hash(done[rep]):
                 mismatches.append({"rank": r, "representative": rep})
     return DedupResult(rank_map=rank_map, emulated=sorted(done), partitions=parts, significant=significant,
-                       mismatches=mismatches)
+                       mismatches=mismatches, boundary=boundary)
 
 
 # --------------------------------------------------------------------------- trace expansion

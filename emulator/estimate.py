@@ -81,6 +81,8 @@ class Predictor:
 
 
 def _mlflow():
+    # a progress bar per model download would bury the prediction table
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
 
     uri = settings.mlflow_tracking_uri()

@@ -34,8 +34,6 @@ from emulator.trace.io import rank_summary_path, rank_trace_path, read_json, wri
 EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
 WORKER = [sys.executable, "-m", "emulator.worker"]
 SUMMARY_VERSION = 1
-# Files of an earlier run that would be stale next to a new trace.
-STALE = ("trace", "ranks", "logs", ".exchange", "emulation.json", "prediction.json", "timeline.json")
 # How long a rank emulated without its peers waits for a Python object from one (see
 # emulator.distributed.objects); short, because the launcher then re-runs the ranks together.
 PROBE_EXCHANGE_TIMEOUT_S = 10
@@ -104,13 +102,27 @@ def worker_env(master_port: int) -> dict[str, str]:
 
 
 def clear_outputs(out: Path) -> None:
-    """Remove what an earlier run left in OUT (only maya's own files; nothing else in the folder)."""
-    for name in STALE:
-        p = out / name
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
+    """Remove what an earlier run left in OUT: only maya's own entries (`rank=*` under trace/, ranks/,
+    logs/, the object exchange, the summaries), never anything else a user keeps in that folder."""
+    is_maya_folder = (out / "emulation.json").exists()
+    for name in ("trace", "ranks", "logs"):
+        d = out / name
+        if not d.is_dir():
+            continue
+        for entry in d.glob("rank=*"):
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        for entry in d.glob(".*.tmp"):  # an interrupted atomic write
+            entry.unlink()
+        if not any(d.iterdir()):
+            d.rmdir()
+    if (out / ".exchange").is_dir():
+        shutil.rmtree(out / ".exchange")
+    for name in ("emulation.json", "prediction.json", "timeline.json"):
+        if (out / name).exists() and (name == "emulation.json" or is_maya_folder):
+            (out / name).unlink()
 
 
 class RankRunner:
@@ -128,7 +140,8 @@ class RankRunner:
         if self.stop:
             return {}
         self._run(ranks)
-        return {r: self.runs[r].summary if self.runs[r].returncode == EXIT_OK else None for r in ranks}
+        # an OOM rank's trace (up to the failed allocation) still tells its role apart
+        return {r: self.runs[r].summary if self.runs[r].returncode in (EXIT_OK, EXIT_OOM) else None for r in ranks}
 
     def exchange_group(self) -> str | None:
         """The process group named by a rank that gave up waiting for a peer's Python object, if any."""
@@ -190,7 +203,7 @@ class RankRunner:
             summary["work_hash"] = work_hash(pq.read_table(rank_trace_path(self.job.out, rank)))
         log = self.job.out / "logs" / f"rank={rank}.log"
         self.runs[rank] = RankRun(rank, rc, wall, summary, log)
-        if rc != EXIT_OK:
+        if rc not in (EXIT_OK, EXIT_OOM):
             self.stop = True
         self.console.print(_rank_line(self.runs[rank]))
 
@@ -326,9 +339,15 @@ def run_emulation(script: str | None, module: str | None, argv: list[str], gpu: 
                   console: Console | None = None) -> dict:
     """Emulate the program on `nproc_per_node * nnodes` ranks of `gpu`; returns (and writes) emulation.json.
 
-    `verify` emulates that many extra, randomly chosen deduplicated ranks and checks their work
-    matches their representative's. `worker` replaces the worker command (tests).
+    `verify` (default: $MAYA_DEDUP_VERIFY, else 0) emulates that many extra, randomly chosen
+    deduplicated ranks and checks their work matches their representative's. `worker` replaces
+    the worker command (tests).
     """
+    if not verify:
+        try:
+            verify = int(os.environ.get("MAYA_DEDUP_VERIFY", "0"))
+        except ValueError:
+            verify = 0
     job = Job(script=str(script) if script else None, module=module, argv=list(argv or []), gpu=gpu,
               nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=Path(out))
     return _launch(job, dedup=dedup, jobs=jobs, verify=verify, worker=worker, console=console, mode="emulate")

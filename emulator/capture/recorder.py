@@ -8,9 +8,19 @@ runs under the fake mode only when it touches the device; CPU work (rank maths, 
 subclasses (DTensor, AsyncCollectiveTensor) are sent back with NotImplemented so they unwrap,
 and the mode then records their local ops with local shard shapes.
 
-Host gaps: the host time between the end of the previous device event and the start of this
-one. The emulator's own work for an event (fake kernels, bookkeeping) happens between a start
-and an end, so it is excluded by construction.
+Host gaps (`host_clock: "process_cpu"` in the per-rank summary): the host time between the end
+of the previous device event and the start of this one, measured in *process CPU time*
+(`time.process_time`). Why CPU time: wall time on a shared machine counts other processes'
+load (5-10x inflated gaps on a busy 2-core box); process CPU time counts only what this
+program did. Why the process clock and not a per-thread one: autograd runs backward on its own
+thread, so the program's host work moves between threads. The emulator's own CPU time is
+excluded: an event's fake kernel and bookkeeping run between its start and end stamps, and
+unrecorded work (view ops, allocator frees, module hooks) is added to `_overhead` and
+subtracted from the next gap. Other threads of the program that burn CPU while the main one
+waits (e.g. busy data-loader threads) are counted; a real host would spend that time too.
+
+Speed: a repeated op signature (same op, input metadata and arguments) takes the fast path of
+`emulator.capture.fastpath`: its fake outputs and every derived row field come from a cache.
 
 Modes (`Recorder.policy`):
     "emulate"  fake CUDA device, ops on it run as fake tensors (the target GPU);
@@ -35,7 +45,7 @@ from torch._subclasses.fake_tensor import (
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from emulator.capture import signature
+from emulator.capture import fastpath, signature
 from emulator.capture.modules import ModuleStack
 from emulator.capture.trace_rows import TraceRows
 from emulator.device.fake_mode import is_wrapper_subclass
@@ -46,6 +56,8 @@ _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, Data
                  NotImplementedError)
 _PRIM_DEVICE = torch.ops.prim.device.default
 _COPY_OPS = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize")
+_clock = time.process_time  # host-gap clock, see the module docstring
+_MISS = object()
 
 
 class StopEmulation(BaseException):
@@ -83,8 +95,13 @@ class Recorder(TorchDispatchMode):
         self.iteration_wall_s: list[float] = []  # emulation speed: wall and CPU seconds per iteration
         self.iteration_cpu_s: list[float] = []
         self._iter_start = (time.perf_counter(), time.process_time())
-        self._t_last = time.perf_counter()
-        self._overhead = 0.0  # emulator time since the last recorded event (excluded from host gaps)
+        self._t_last = _clock()
+        self._overhead = 0.0  # emulator CPU time since the last recorded event (excluded from host gaps)
+        self._fast = policy == "emulate"
+        self._out_specs: dict = {}  # call key -> fastpath output spec (None: uncacheable)
+        self._row_cache: dict = {}  # call key -> the row fields a repeated call reproduces
+        self._noted = 0  # placeholders + unsupported ops seen; a call that adds one is not cached
+        self.op_name: dict = {}  # OpOverload -> canonical name
         self._lock = threading.RLock()
         self._measure = policy == "profile"
         self._cuda_timing = self._measure and device_type == "cuda"
@@ -96,7 +113,7 @@ class Recorder(TorchDispatchMode):
             torch._C._set_only_lift_cpu_tensors(True)
         self._hooks = [register_optimizer_step_pre_hook(self._step_pre),
                        register_optimizer_step_post_hook(self._step_post)]
-        self._t_last = time.perf_counter()
+        self._t_last = _clock()
         return super().__enter__()
 
     def __exit__(self, *exc):
@@ -142,17 +159,18 @@ class Recorder(TorchDispatchMode):
     def note_placeholder(self, kind: str) -> None:
         self.placeholders[kind] += 1
         self._placeholder_now = True
+        self._noted += 1
 
     # ------------------------------------------------------------------ non-op events (streams, events, markers)
     def sync_event(self, kind: str, op: str, stream: int, event_id: int | None = None,
                    args: dict | None = None, **coll) -> None:
-        t0 = time.perf_counter()
+        t0 = _clock()
         with self._lock:
             module, phase = self._module_phase()
             self.rows.add(kind=kind, op=op, stream=stream, iteration=self.iteration, module=module,
                           phase=phase, args=json.dumps(args or {}), event_id=event_id,
                           host_gap_s=self._gap(t0), mem=self._mem(), **coll)
-            self._t_last = time.perf_counter()
+            self._t_last = _clock()
 
     def memory_stats(self) -> dict:
         return self.memory.stats() if self.memory is not None else {}
@@ -200,7 +218,7 @@ class Recorder(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        t_enter = time.perf_counter()
+        t_enter = _clock()
         if func is _PRIM_DEVICE and isinstance(args[0], FakeTensor):
             return args[0].fake_device  # asked on every op by autograd/python code; no device work
         kwargs = kwargs or {}
@@ -214,7 +232,9 @@ class Recorder(TorchDispatchMode):
             on_device = True
         if not on_device:
             return func(*args, **kwargs)
-        op = canonical_op(func.name())
+        op = self.op_name.get(func)
+        if op is None:
+            op = self.op_name[func] = canonical_op(func.name())
         if op == "aten::_local_scalar_dense":
             if args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cuda":
                 return func(*args, **kwargs)  # reading a host value: no device event
@@ -225,15 +245,21 @@ class Recorder(TorchDispatchMode):
             from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
             return AsyncCollectiveTensor(args[0])
+        # only aten/prims ops: their fake kernels are pure functions of metadata (c10d and custom ops may
+        # have side effects in their fake implementations)
+        keyed = fastpath.call_key(func, args, kwargs) if self._fast and op.startswith(("aten::", "prims::")) \
+            else None
         if is_view_op(op) or op == "prim::device":
-            out = self._run(func, args, kwargs, op, record=False)
-            self._overhead += time.perf_counter() - t_enter  # emulator time, not the program's host time
+            out = self._run(func, args, kwargs, op, record=False, keyed=keyed)
+            self._overhead += _clock() - t_enter  # emulator time, not the program's host time
             return out
         with self._lock:
-            return self._record_op(func, args, kwargs, op, t_enter)
+            return self._record_op(func, args, kwargs, op, t_enter, keyed)
 
-    def _run(self, func, args, kwargs, op, record=True):
-        if self.policy == "emulate":
+    def _run(self, func, args, kwargs, op, record=True, keyed=None):
+        if keyed is not None:
+            out = self._run_cached(func, args, kwargs, op, keyed)
+        elif self.policy == "emulate":
             with self.fake_mode:
                 try:
                     out = func(*args, **kwargs)
@@ -249,6 +275,32 @@ class Recorder(TorchDispatchMode):
             self._see_outputs(out)
         return out
 
+    def _run_cached(self, func, args, kwargs, op, keyed):
+        """The fake kernel's output from the signature cache; a miss runs it and learns how to rebuild it."""
+        key, inputs = keyed
+        spec = self._out_specs.get(key, _MISS)
+        if spec is not _MISS and spec is not None:
+            return fastpath.rebuild(spec, inputs, self.fake_mode)
+        noted = self._noted
+        with self.fake_mode:
+            try:
+                out = func(*args, **kwargs)
+            except _NOT_FAKEABLE as e:
+                out = self._best_guess(func, args, kwargs, op, e)
+            except RuntimeError as e:
+                if not _missing_kernel(e):
+                    raise
+                out = self._best_guess(func, args, kwargs, op, e)
+        if spec is _MISS:
+            try:
+                if self._noted != noted or not fastpath.same_inputs(key, func, args, kwargs):
+                    raise fastpath.Uncacheable
+                spec = fastpath.output_spec(out, inputs)
+            except fastpath.Uncacheable:
+                spec = None
+            self._out_specs[key] = spec
+        return out
+
     def _see_outputs(self, out) -> None:
         stream = self.stream_id()
         for t in signature.outputs(out)[2]:
@@ -259,6 +311,7 @@ class Recorder(TorchDispatchMode):
         """No fake kernel: list the op as unsupported and return an empty output of a plausible shape."""
         self.unsupported[op] += 1
         self._unsupported_now = True
+        self._noted += 1
         tensors = [x for x in _flatten(args) if isinstance(x, torch.Tensor)]
         returns = func._schema.returns
         if func._schema.is_mutable and tensors:
@@ -275,10 +328,35 @@ class Recorder(TorchDispatchMode):
         self._overhead = 0.0
         return gap
 
-    def _record_op(self, func, args, kwargs, op, t_enter):
+    def _record_cached(self, row, func, args, kwargs, op, keyed, gap):
+        """A repeated signature: the same row fields as its first call, fresh outputs, live bookkeeping."""
+        kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, hash_part = row
+        stream = self.stream_id()
+        out = self._run_cached(func, args, kwargs, op, keyed)
+        oom = None
+        if self.memory is not None:
+            try:
+                self._see_outputs(out)
+            except torch.cuda.OutOfMemoryError as e:
+                oom = e
+        module, phase = self._module_phase()
+        self.rows.add(kind=kind, op=op, stream=stream, iteration=self.iteration, module=module, phase=phase,
+                      shapes=shapes, dtypes=dtypes, strides=strides, args=jargs, out_shapes=out_shapes,
+                      out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap, mem=self._mem(),
+                      hash_part=hash_part)
+        self._t_last = _clock()
+        if oom is not None:
+            raise oom
+        return out
+
+    def _record_op(self, func, args, kwargs, op, t_enter, keyed=None):
         gap = self._gap(t_enter)
         self._placeholder_now = False
         self._unsupported_now = False
+        if keyed is not None:
+            row = self._row_cache.get(keyed[0])
+            if row is not None:
+                return self._record_cached(row, func, args, kwargs, op, keyed, gap)
         bound, shapes, dtypes, strides, jargs = signature.describe_call(func, args, kwargs)
         stream = self.stream_id()
         kind, coll = "kernel", {}
@@ -292,12 +370,12 @@ class Recorder(TorchDispatchMode):
             if self._cuda_timing:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = self._run(func, args, kwargs, op)
+            out = self._run(func, args, kwargs, op, keyed=keyed)
             if self._cuda_timing:
                 torch.cuda.synchronize()
             duration = time.perf_counter() - t0
         else:
-            out = self._run(func, args, kwargs, op)
+            out = self._run(func, args, kwargs, op, keyed=keyed)
         out_shapes, out_dtypes, out_tensors = signature.outputs(out)
         if self.memory is not None:
             try:
@@ -320,11 +398,16 @@ class Recorder(TorchDispatchMode):
         flops, nbytes = (0.0, 0.0) if kind in ("event_wait",) else \
             flops_and_bytes(op, shapes, dtypes, out_shapes, out_dtypes, jargs)
         module, phase = self._module_phase()
+        jargs = json.dumps(jargs, default=str)
         self.rows.add(kind=kind, op=op, stream=stream, iteration=self.iteration, module=module, phase=phase,
-                      shapes=shapes, dtypes=dtypes, strides=strides, args=json.dumps(jargs, default=str),
+                      shapes=shapes, dtypes=dtypes, strides=strides, args=jargs,
                       out_shapes=out_shapes, out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap,
                       mem=self._mem(), duration_s=duration, placeholder=self._placeholder_now, **coll)
-        self._t_last = time.perf_counter()
+        if keyed is not None and kind in ("kernel", "memcpy") and not coll and not self._placeholder_now \
+                and not self._unsupported_now and self._out_specs.get(keyed[0]) is not None:
+            self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops,
+                                         nbytes, self.rows.last_hash_part)
+        self._t_last = _clock()
         if oom is not None:
             raise oom
         return out
@@ -372,7 +455,7 @@ class Recorder(TorchDispatchMode):
                           strides=[list(t.stride())], args=json.dumps({"item": True}), flops=0.0,
                           bytes=float(size), host_gap_s=gap, mem=self._mem(),
                           placeholder=self._placeholder_now or self.policy == "emulate")
-            self._t_last = time.perf_counter()
+            self._t_last = _clock()
             return value
 
 

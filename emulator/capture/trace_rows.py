@@ -30,7 +30,9 @@ class TraceRows:
             flops: float | None = None, bytes: float | None = None, group: str | None = None,  # noqa: A002
             group_ranks=None, coll_seq: int | None = None, coll_bytes: int | None = None, peer: int | None = None,
             event_id: int | None = None, host_gap_s: float = 0.0, mem=(None, None), duration_s: float | None = None,
-            placeholder: bool = False) -> None:
+            placeholder: bool = False, hash_part: bytes | None = None) -> None:
+        """Append one event. `hash_part`: this row's op-hash contribution when the caller already
+        has it (a repeated signature), saving a json.dumps per row."""
         c = self.cols
         c["rank"].append(self.rank)
         c["seq"].append(len(c["seq"]))
@@ -60,10 +62,13 @@ class TraceRows:
         c["duration_s"].append(duration_s)
         c["placeholder"].append(bool(placeholder))
         # The op hash covers what a rank *does*, not who it is: group names and rank ids are left out.
-        coll_name = op if kind in ("collective", "p2p") else ""
-        gsize = len(group_ranks) if group_ranks else 0
-        self._hash.update(json.dumps([kind, op, shapes, dtypes, args, coll_name, gsize, coll_bytes],
-                                     separators=(",", ":")).encode())
+        if hash_part is None:
+            coll_name = op if kind in ("collective", "p2p") else ""
+            gsize = len(group_ranks) if group_ranks else 0
+            hash_part = json.dumps([kind, op, shapes, dtypes, args, coll_name, gsize, coll_bytes],
+                                   separators=(",", ":")).encode()
+        self._hash.update(hash_part)
+        self.last_hash_part = hash_part
 
     def op_hash(self) -> str:
         return self._hash.hexdigest()

@@ -162,3 +162,23 @@ def test_work_hash_ignores_device_index_and_scalar_operands_only():
     assert a == work_hash(table('{"other": 2048, "device": "cuda:6"}'))
     assert a != work_hash(table('{"other": 0, "device": "cuda:2"}', shape=(4, 8)))
     assert a != work_hash(table('{"other": 0, "device": "cuda:2", "is_causal": true}'))
+
+
+def test_fsdp_world_with_a_padded_last_rank_emulates_the_ends_and_one_interior_rank():
+    # FSDP over 8 ranks and no mesh: rank 0 logs, the last rank holds the padded shard,
+    # ranks 1..6 do identical work
+    groups = [{"name": "0", "ranks": list(range(8))}]
+    run, ran = fake_runner(8, groups, lambda r: "logs" if r == 0 else ("padded" if r == 7 else "interior"))
+    res = deduplicate(8, run)
+    assert len(set(ran)) == 4  # 0, 7 and two interior probes, not all 8
+    assert res.rank_map[0] == 0 and res.rank_map[7] == 7
+    assert {res.rank_map[r] for r in range(1, 7)} <= {5, 6}
+    assert res.to_json()["partitions"][0]["ends_only"] is True
+
+
+def test_pipeline_middle_stages_that_differ_are_all_emulated():
+    groups = [{"name": "0", "ranks": list(range(4))}]
+    run, ran = fake_runner(4, groups, lambda r: f"stage{r}")
+    res = deduplicate(4, run)
+    assert sorted(set(ran)) == [0, 1, 2, 3]
+    assert res.rank_map == {0: 0, 1: 1, 2: 2, 3: 3}

@@ -130,16 +130,25 @@ def test_oom_is_reported_as_oom(tmp_path, script, worker, capsys):
     assert "OOM" in capsys.readouterr().err
 
 
+def test_oom_with_dedup_still_maps_every_rank(tmp_path, script, worker):
+    s = emulate(script, worker, tmp_path / "out", "--oom-rank", "0", nproc=4)
+    assert s["oom"] and s["oom_ranks"] == [0] and s["failed_rank"] == 0
+    assert set(s["rank_map"]) == {"0", "1", "2", "3"} and s["rank_map"]["0"] == 0
+    assert set(s["peak_reserved_bytes"]) == {"0", "1", "2", "3"}
+
+
 def test_stale_outputs_of_a_previous_run_are_cleared(tmp_path, script, worker):
     out = tmp_path / "out"
     emulate(script, worker, out, nproc=4, dedup=False)
     (out / "prediction.json").write_text("{}")
-    keep = out / "notes.txt"
+    keep, keep_log = out / "notes.txt", out / "logs" / "mine.txt"
     keep.write_text("mine")
+    keep_log.write_text("mine too")
     s = emulate(script, worker, out, nproc=1)
     assert emulated_ranks(out) == [0] and s["world_size"] == 1
     assert not (out / "prediction.json").exists() and not (out / "ranks" / "rank=3.json").exists()
-    assert keep.read_text() == "mine"
+    assert not (out / "logs" / "rank=3.log").exists()
+    assert keep.read_text() == "mine" and keep_log.read_text() == "mine too"
 
 
 def test_bad_input_is_a_clear_error(tmp_path, worker, capsys):
