@@ -9,6 +9,10 @@ The launcher (emulator.launcher) starts one worker per emulated rank. The worker
      program raises (ok=false, error = the program's traceback, the trace as far as it got).
 Exit code: 0 success (incl. `SystemExit(0)` and a `--iterations` stop), 1 program failed, 3 OOM.
 
+Host time: each trace row's `host_gap_s` is the process CPU time (all threads) the program spent
+since the previous device event, less the emulator's own work; the per-rank json says so with
+`host_clock: "process_cpu"` (details in emulator.capture.recorder).
+
 Modes: the default emulates the `--gpu` target; `--gpu cpu` keeps the script on the local CPU
 (real ops, fake process group, no timing); `--profile` runs for real on the local device with a
 real process group and measures every kernel row's duration.

@@ -19,7 +19,7 @@ storage, and ops that changed an input's metadata (`resize_`, `t_`, `set_`, ...)
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensor
 
 _SCALARS = (int, float, bool, str, type(None))
 _HASHABLE = (torch.dtype, torch.device, torch.layout, torch.memory_format)
@@ -29,24 +29,31 @@ class Uncacheable(Exception):
     """This call's signature or output cannot be reproduced from metadata alone."""
 
 
-def call_key(func, args: tuple, kwargs: dict) -> tuple[tuple, list[FakeTensor]] | None:
-    """(hashable key, the call's fake tensors in key order), or None when the call must go the slow way."""
+def call_key(func, args: tuple, kwargs: dict, any_float: bool = False) -> tuple[tuple, list[FakeTensor]] | None:
+    """(hashable key, the call's fake tensors in key order), or None when the call must go the slow way.
+
+    `any_float`: float arguments enter the key by type only. Right for ops whose output metadata
+    cannot depend on a float's value (the `_foreach_*` family: an optimizer's bias corrections
+    change every step, and without this its biggest ops would never hit); such a key is good for
+    the outputs, not for the row (whose args JSON has the values)."""
     parts: list = [func, torch.get_default_dtype()]
     tensors: list[FakeTensor] = []
     try:
-        _add(parts, tensors, args)
+        _add(parts, tensors, args, any_float)
         if kwargs:
             parts.append(tuple(kwargs))
-            _add(parts, tensors, kwargs.values())
+            _add(parts, tensors, kwargs.values(), any_float)
     except Uncacheable:
         return None
     return tuple(parts), tensors
 
 
-def _add(parts: list, tensors: list, values) -> None:
+def _add(parts: list, tensors: list, values, any_float: bool) -> None:
     for v in values:
         t = type(v)
-        if t is FakeTensor:
+        if t is float and any_float:
+            parts.append(float)
+        elif t is FakeTensor:
             if v.constant is not None or v.layout is not torch.strided:
                 raise Uncacheable
             parts.append((tuple(v.shape), v.stride(), v.dtype, v.storage_offset(), v.fake_device, v.requires_grad,
@@ -56,7 +63,7 @@ def _add(parts: list, tensors: list, values) -> None:
             parts.append((t, v))  # type too: 1, 1.0 and True hash equal but give different dtypes
         elif t is list or t is tuple:
             parts.append((t, len(v)))
-            _add(parts, tensors, v)
+            _add(parts, tensors, v, any_float)
         elif t in _HASHABLE:
             parts.append(v)
         else:
@@ -101,28 +108,53 @@ def _spec(o, inputs: list, in_storages: list[int], seen_new: set[int]):
     raise Uncacheable
 
 
-def rebuild(spec, inputs: list[FakeTensor], fake_mode):
-    """A fresh output equal (in metadata and aliasing) to what the fake kernel returned for this key."""
+def rebuild(spec, inputs: list[FakeTensor], fake_mode, new: list[FakeTensor]):
+    """A fresh output equal (in metadata and aliasing) to what the fake kernel returned for this key.
+
+    Outputs with a fresh storage are appended to `new` (the only ones the allocator must see)."""
     kind = spec[0]
     if kind == "new":
         _, shape, stride, dtype, _offset, device = spec
-        return FakeTensor(fake_mode, torch.empty_strided(shape, stride, dtype=dtype, device="meta"), device)
+        t = new_fake(fake_mode, torch.empty_strided(shape, stride, dtype=dtype, device="meta"), device)
+        new.append(t)
+        return t
     if kind == "same":
         return inputs[spec[1]]
     if kind == "view":
         _, idx, shape, stride, dtype, offset, device = spec
-        base = inputs[idx]
-        with in_kernel_invocation_manager(fake_mode):
-            empty = torch.empty((0,), dtype=dtype, device="meta")
-            empty.set_(base.untyped_storage(), offset, shape, stride)
-        return FakeTensor(fake_mode, empty, device)
+        # a plain meta tensor over the base's (meta) storage: no fake tensor is touched, so no mode is needed
+        empty = torch.empty((0,), dtype=dtype, device="meta")
+        empty.set_(inputs[idx].untyped_storage(), offset, shape, stride)
+        return new_fake(fake_mode, empty, device)
     if kind == "value":
         return spec[1]
     container, items = spec
-    return container(rebuild(s, inputs, fake_mode) for s in items)
+    return container([rebuild(s, inputs, fake_mode, new) for s in items])
 
 
-def same_inputs(before: tuple, func, args: tuple, kwargs: dict) -> bool:
+def new_fake(fake_mode, elem: torch.Tensor, device: torch.device) -> FakeTensor:
+    """`FakeTensor(fake_mode, elem, device)` for an already normalised device, without its Python overhead.
+
+    The first call per mode builds one the ordinary way and keeps its attribute dict (constant,
+    memo slots, ...) as the template, so later tensors get exactly the same state."""
+    template = getattr(fake_mode, "_maya_fake_template", None)
+    if template is None:
+        t = FakeTensor(fake_mode, elem, device)
+        fake_mode._maya_fake_template = {k: v for k, v in t.__dict__.items() if k != "_fake_device"}
+        return t
+    t = torch.Tensor._make_subclass(FakeTensor, elem, elem.requires_grad, dispatch_device=True,
+                                    device_for_backend_keys=device)
+    if fake_mode._allow_unsafe_data_ptr_access:
+        torch._C._set_warn_deprecated_on_mutable_data_ptr(t)
+    else:
+        torch._C._set_throw_on_mutable_data_ptr(t)
+    d = t.__dict__
+    d.update(template)
+    d["_fake_device"] = device
+    return t
+
+
+def same_inputs(before: tuple, func, args: tuple, kwargs: dict, any_float: bool = False) -> bool:
     """False when the call changed an input's metadata (in-place view ops, resize_, set_)."""
-    after = call_key(func, args, kwargs)
+    after = call_key(func, args, kwargs, any_float)
     return after is not None and after[0] == before

@@ -11,6 +11,7 @@ real allocator's message, exactly where a GPU would have raised it; the rank is 
 
 from __future__ import annotations
 
+import time
 import weakref
 
 import torch
@@ -32,6 +33,9 @@ class DeviceMemory:
         self.oom_message: str | None = None
         self._live: dict[int, int] = {}  # storage cdata -> allocator handle
         self._orig_resize = None
+        # CPU time of frees and storage resizes, which run inside the program's code (a storage dies,
+        # FSDP resizes one): emulator work that the recorder excludes from host gaps
+        self.overhead_s = 0.0
 
     def _malloc(self, nbytes: int, stream: int) -> int:
         try:
@@ -44,9 +48,11 @@ class DeviceMemory:
             return 0
 
     def _free(self, key: int) -> None:
+        t0 = time.process_time()
         handle = self._live.pop(key, None)
         if handle:
             self.allocator.free(handle)
+        self.overhead_s += time.process_time() - t0
 
     def see(self, t: torch.Tensor, stream: int) -> None:
         """Account for `t`'s storage if it is on the device and new."""
@@ -82,7 +88,9 @@ class DeviceMemory:
         def resize_(storage, size):
             out = orig(storage, size)
             if storage.device.type == "cuda":
+                t0 = time.process_time()
                 mem.resized(storage, int(size), current_stream())
+                mem.overhead_s += time.process_time() - t0
             return out
 
         torch.UntypedStorage.resize_ = resize_

@@ -14,6 +14,7 @@ shape inference fails with "A leaf node was passed to _will_engine_execute_node"
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 
 import torch
@@ -26,6 +27,7 @@ class ModuleStack:
         self._local = threading.local()
         self.by_node: dict[int, str] = {}  # autograd node sequence number -> module path
         self._handles = []
+        self.overhead_s = 0.0  # CPU time spent in the hooks (emulator work, excluded from host gaps)
 
     def _stack(self) -> list[str]:
         st = getattr(self._local, "stack", None)
@@ -44,12 +46,16 @@ class ModuleStack:
         return name
 
     def _pre(self, mod, args):
+        t0 = time.process_time()
         self._stack().append(self.name_of(mod))
+        self.overhead_s += time.process_time() - t0
 
     def _post(self, mod, args, out):
+        t0 = time.process_time()
         st = self._stack()
         if st:
             st.pop()
+        self.overhead_s += time.process_time() - t0
 
     def __enter__(self):
         self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]

@@ -31,6 +31,7 @@ Modes (`Recorder.policy`):
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -68,6 +69,13 @@ class StopEmulation(BaseException):
 class Recorder(TorchDispatchMode):
     """Records device events of one rank; see the module docstring for the policies."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._dynamo's `disable`, a
+        # Python wrapper that costs ~10 us per dispatch (several dispatches per recorded op). The
+        # session runs torch.compile eagerly, so Dynamo never traces and the wrapper only costs.
+        return False
+
     def __init__(self, rank: int, policy: str = "emulate", fake_mode=None, memory=None, stream_id=lambda: 0,
                  max_iterations: int | None = None, device_type: str = "cuda"):
         super().__init__()
@@ -97,7 +105,9 @@ class Recorder(TorchDispatchMode):
         self._iter_start = (time.perf_counter(), time.process_time())
         self._t_last = _clock()
         self._overhead = 0.0  # emulator CPU time since the last recorded event (excluded from host gaps)
-        self._fast = policy == "emulate"
+        # MAYA_EMULATOR_FASTPATH=0 turns the signature cache off (tests compare both paths' traces)
+        self._fast = policy == "emulate" and os.environ.get("MAYA_EMULATOR_FASTPATH", "1") != "0"
+        self.fast_hits = 0
         self._out_specs: dict = {}  # call key -> fastpath output spec (None: uncacheable)
         self._row_cache: dict = {}  # call key -> the row fields a repeated call reproduces
         self._noted = 0  # placeholders + unsupported ops seen; a call that adds one is not cached
@@ -220,21 +230,26 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         t_enter = _clock()
         if func is _PRIM_DEVICE and isinstance(args[0], FakeTensor):
-            return args[0].fake_device  # asked on every op by autograd/python code; no device work
+            # asked on every op by autograd/python code; no device work, and a real tensor answers in C++
+            self._overhead += _clock() - t_enter
+            return args[0].fake_device
         kwargs = kwargs or {}
-        flat = _flatten(args) + list(kwargs.values())
-        for x in flat:
-            if is_wrapper_subclass(x):
-                return NotImplemented
-        if self.policy == "emulate":
-            on_device = self._touches_device(flat, kwargs)
-        else:
-            on_device = True
-        if not on_device:
-            return func(*args, **kwargs)
         op = self.op_name.get(func)
         if op is None:
             op = self.op_name[func] = canonical_op(func.name())
+        # only aten/prims ops take the fast path: their fake kernels are pure functions of metadata
+        # (c10d and custom ops may have side effects in their fake implementations)
+        keyed = None
+        if self._fast and op.startswith(("aten::", "prims::")):
+            keyed = fastpath.call_key(func, args, kwargs, any_float=op.startswith("aten::_foreach_"))
+        if keyed is None or not keyed[1]:
+            # a keyed call with fake tensors has no wrapper subclass and is on the device by construction
+            flat = _flatten(args) + list(kwargs.values())
+            for x in flat:
+                if is_wrapper_subclass(x):
+                    return NotImplemented
+            if self.policy == "emulate" and not self._touches_device(flat, kwargs):
+                return func(*args, **kwargs)
         if op == "aten::_local_scalar_dense":
             if args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cuda":
                 return func(*args, **kwargs)  # reading a host value: no device event
@@ -245,10 +260,6 @@ class Recorder(TorchDispatchMode):
             from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
             return AsyncCollectiveTensor(args[0])
-        # only aten/prims ops: their fake kernels are pure functions of metadata (c10d and custom ops may
-        # have side effects in their fake implementations)
-        keyed = fastpath.call_key(func, args, kwargs) if self._fast and op.startswith(("aten::", "prims::")) \
-            else None
         if is_view_op(op) or op == "prim::device":
             out = self._run(func, args, kwargs, op, record=False, keyed=keyed)
             self._overhead += _clock() - t_enter  # emulator time, not the program's host time
@@ -258,8 +269,11 @@ class Recorder(TorchDispatchMode):
 
     def _run(self, func, args, kwargs, op, record=True, keyed=None):
         if keyed is not None:
-            out = self._run_cached(func, args, kwargs, op, keyed)
-        elif self.policy == "emulate":
+            out, new = self._run_cached(func, args, kwargs, op, keyed)
+            if not record and self.memory is not None:
+                self._see_outputs(out, new)
+            return out
+        if self.policy == "emulate":
             with self.fake_mode:
                 try:
                     out = func(*args, **kwargs)
@@ -276,11 +290,14 @@ class Recorder(TorchDispatchMode):
         return out
 
     def _run_cached(self, func, args, kwargs, op, keyed):
-        """The fake kernel's output from the signature cache; a miss runs it and learns how to rebuild it."""
+        """(output, its fresh-storage tensors or None if unknown) from the signature cache; a miss runs
+        the fake kernel and learns how to rebuild its output."""
         key, inputs = keyed
         spec = self._out_specs.get(key, _MISS)
         if spec is not _MISS and spec is not None:
-            return fastpath.rebuild(spec, inputs, self.fake_mode)
+            self.fast_hits += 1
+            new: list = []
+            return fastpath.rebuild(spec, inputs, self.fake_mode, new), new
         noted = self._noted
         with self.fake_mode:
             try:
@@ -293,17 +310,19 @@ class Recorder(TorchDispatchMode):
                 out = self._best_guess(func, args, kwargs, op, e)
         if spec is _MISS:
             try:
-                if self._noted != noted or not fastpath.same_inputs(key, func, args, kwargs):
+                if self._noted != noted or not fastpath.same_inputs(key, func, args, kwargs,
+                                                                    op.startswith("aten::_foreach_")):
                     raise fastpath.Uncacheable
                 spec = fastpath.output_spec(out, inputs)
             except fastpath.Uncacheable:
                 spec = None
             self._out_specs[key] = spec
-        return out
+        return out, None
 
-    def _see_outputs(self, out) -> None:
+    def _see_outputs(self, out, new: list | None = None) -> None:
+        """Account for the outputs' device storages; `new`: just the fresh ones, when the fast path knows."""
         stream = self.stream_id()
-        for t in signature.outputs(out)[2]:
+        for t in (new if new is not None else signature.outputs(out)[2]):
             if t.device.type == "cuda" and not is_wrapper_subclass(t):
                 self.memory.see(t, stream)
 
@@ -324,19 +343,23 @@ class Recorder(TorchDispatchMode):
                            f"guessed; the emulator cannot continue past it ({err})") from err
 
     def _gap(self, t_enter: float) -> float:
-        gap = max(t_enter - self._t_last - self._overhead, 0.0)
-        self._overhead = 0.0
-        return gap
+        """Host CPU time since the last event, less the emulator's own unrecorded work in between."""
+        own = self._overhead + self.tracker.overhead_s
+        self._overhead = self.tracker.overhead_s = 0.0
+        if self.memory is not None:
+            own += self.memory.overhead_s
+            self.memory.overhead_s = 0.0
+        return max(t_enter - self._t_last - own, 0.0)
 
     def _record_cached(self, row, func, args, kwargs, op, keyed, gap):
         """A repeated signature: the same row fields as its first call, fresh outputs, live bookkeeping."""
         kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, hash_part = row
         stream = self.stream_id()
-        out = self._run_cached(func, args, kwargs, op, keyed)
+        out, new = self._run_cached(func, args, kwargs, op, keyed)
         oom = None
         if self.memory is not None:
             try:
-                self._see_outputs(out)
+                self._see_outputs(out, new)
             except torch.cuda.OutOfMemoryError as e:
                 oom = e
         module, phase = self._module_phase()
@@ -353,7 +376,7 @@ class Recorder(TorchDispatchMode):
         gap = self._gap(t_enter)
         self._placeholder_now = False
         self._unsupported_now = False
-        if keyed is not None:
+        if keyed is not None and not op.startswith("aten::_foreach_"):  # (foreach keys ignore float values)
             row = self._row_cache.get(keyed[0])
             if row is not None:
                 return self._record_cached(row, func, args, kwargs, op, keyed, gap)
@@ -404,6 +427,7 @@ class Recorder(TorchDispatchMode):
                       out_shapes=out_shapes, out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap,
                       mem=self._mem(), duration_s=duration, placeholder=self._placeholder_now, **coll)
         if keyed is not None and kind in ("kernel", "memcpy") and not coll and not self._placeholder_now \
+                and not op.startswith("aten::_foreach_") \
                 and not self._unsupported_now and self._out_specs.get(keyed[0]) is not None:
             self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops,
                                          nbytes, self.rows.last_hash_part)

@@ -164,6 +164,9 @@ class Session:
             "event_kinds": dict(Counter(rec.rows.cols["kind"])),
             "iteration_wall_s": rec.iteration_wall_s, "iteration_cpu_s": rec.iteration_cpu_s,
             "eager_fallbacks": dict(self.eager_fallbacks),
+            # host_gap_s is process CPU time less the emulator's own (see emulator.capture.recorder)
+            "host_clock": "process_cpu",
+            "fast_path": {"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
         }
         write_json(ns.out / "ranks" / f"rank={ns.rank}.json", summary)
 

@@ -9,8 +9,14 @@ The shim is built with torch's cpp_extension (g++ + ninja) in a *subprocess* (bu
 under `$MAYA_CACHE_DIR/ext/` (default `~/.cache/maya/ext/`). Concurrent workers wait on a file
 lock, so a cold start of N ranks builds once.
 
-CUDA builds of torch already have a guard and hooks (libtorch_cuda); there the shim is not
-loaded and the Python layer (`emulator.device.cuda_shim`) does all the pretending.
+CUDA builds of torch (e.g. the default PyPI wheel) bring their own guard, hooks and SDPA chooser
+in libtorch_cuda; with no GPU (or with GPUs hidden, as the worker does) those call the driver and
+fail ("CUDA driver version is insufficient", "hasPrimaryContext expects a valid device index") as
+soon as a tensor moves to `cuda` or autograd runs. There the same shim is loaded the same way:
+preloading torch's libraries pulls in libtorch_cuda, whose static registrations run first; ours
+run next and replace them (the guard and SDPA slots are overwritten, the hooks are registered at a
+higher priority), still before anything asked for the hooks. Either way the process never touches
+a real GPU, and the Python layer (`emulator.device.cuda_shim`) answers the `torch.cuda` API.
 """
 
 from __future__ import annotations
@@ -84,12 +90,11 @@ def boot(device_count: int, capability: tuple[int, int]) -> None:
     if _loaded is not None:
         _loaded.maya_set_target(int(device_count), int(capability[0]), int(capability[1]))
         return
-    if is_cuda_build():
-        return
     if "torch" in sys.modules:
-        raise DeviceBootError("emulator.device.boot.boot() must run before `import torch` (CPU build of torch)")
+        raise DeviceBootError("emulator.device.boot.boot() must run before `import torch`")
     lib = build()
     libdir = torch_lib_dir()
+    # on a CUDA build libtorch.so pulls in libtorch_cuda here, so its registrations precede ours
     for dep in ("libc10.so", "libtorch_cpu.so", "libtorch.so", "libtorch_python.so"):
         if (libdir / dep).exists():
             ctypes.CDLL(str(libdir / dep), mode=ctypes.RTLD_GLOBAL)

@@ -307,7 +307,17 @@ def initial_seed() -> int:
 
 
 def get_rng_state(device="cuda") -> torch.Tensor:
-    return torch.zeros(16, dtype=torch.uint8)
+    """A CPU byte tensor, like CUDA's. While the recorder runs it is a *fake* CPU tensor: a real one
+    (or one carrying a constant) moved `.to("cuda")`, as DTensor's RNG tracker does, would make the
+    fake mode constant-fold the copy on the real CUDA runtime of a CUDA build."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from emulator.capture import state as capture_state
+
+    fake_mode = getattr(capture_state._recorder, "fake_mode", None)
+    with _disable_current_modes():
+        rng = torch.zeros(16, dtype=torch.uint8)
+        return fake_mode.from_tensor(rng, static_shapes=True) if fake_mode is not None else rng
 
 
 def set_rng_state(new_state, device="cuda") -> None:

@@ -1,4 +1,4 @@
-// maya's fake CUDA device for CPU-only builds of PyTorch.
+// maya's fake CUDA device for CPU-only builds of PyTorch, and for CUDA builds without a GPU.
 //
 // Why this exists: a CPU build of torch has no CUDA DeviceGuardImpl and no CUDAHooks, so
 // `x.to("cuda")`, autograd on a fake CUDA tensor (which aborts the process in C++) and
@@ -6,10 +6,14 @@
 // the math path. This library registers, at load time (static initialisers):
 //   1. a DeviceGuardImpl for CUDA that only tracks the current device and per-device stream ids;
 //   2. CUDAHooks that say "built and available" with the target's device count;
-//   3. a CUDA `_fused_sdp_choice` kernel that picks flash / mem-efficient / math like the
+//   3. pinned host memory (tracked CPU memory) and a host-clock DDP timer for CUDA;
+//   4. a CUDA `_fused_sdp_choice` kernel that picks flash / mem-efficient / math like the
 //      target's compute capability would (and honours `torch.backends.cuda.sdp_kernel` toggles).
-// It must be loaded before `import torch` (getCUDAHooks() caches the first answer); see
-// emulator/device/boot.py. The target is set through the C functions at the bottom.
+// It must be loaded before `import torch` (getCUDAHooks() caches the first answer). On a CUDA
+// build, boot.py preloads libtorch (and with it libtorch_cuda, whose real guard and SDPA chooser
+// would call the CUDA driver) first; our registrations come after and replace them. See
+// emulator/device/boot.py. The target is set through
+// the C functions at the bottom.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -19,9 +23,14 @@
 #include <ATen/native/transformers/attention.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
 #include <array>
 #include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
 
 namespace maya_fake_cuda {
 
@@ -81,6 +90,57 @@ struct FakeCUDAGuard final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
 };
 
+// "Pinned" host memory: ordinary CPU memory whose address ranges are remembered, so that
+// `is_pinned()` is true exactly for tensors allocated pinned (DDP's reducer asserts this for its
+// host-side used-parameter map when find_unused_parameters=True).
+std::mutex g_pinned_mu;
+std::map<std::uintptr_t, size_t> g_pinned;  // start address -> size
+
+void pinned_delete(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    g_pinned.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  }
+  c10::free_cpu(ptr);
+}
+
+bool is_pinned(const void* data) {
+  const auto p = reinterpret_cast<std::uintptr_t>(data);
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  auto it = g_pinned.upper_bound(p);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return p < it->first + std::max<size_t>(it->second, 1);
+}
+
+struct FakePinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* ptr = c10::alloc_cpu(n);
+    if (ptr != nullptr) {
+      std::lock_guard<std::mutex> lock(g_pinned_mu);
+      g_pinned[reinterpret_cast<std::uintptr_t>(ptr)] = n;
+    }
+    return {ptr, ptr, &pinned_delete, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+FakePinnedAllocator g_pinned_allocator;
+
+// DDP's reducer times each iteration with a per-device-type Timer; a CUDA build's CudaTimer
+// records CUDA events (driver calls). This one reads the host clock, like the CPU timer.
+struct FakeCUDATimer final : public c10d::Timer {
+  explicit FakeCUDATimer(c10::Device /*device*/) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    const int64_t t0 = getTimeRef(start), t1 = getTimeRef(end);
+    if (t0 == c10d::kUnsetTime || t1 == c10d::kUnsetTime || t1 < t0) return std::nullopt;
+    return t1 - t0;
+  }
+};
+
 struct FakeCUDAHooks final : public at::CUDAHooksInterface {
   explicit FakeCUDAHooks(at::CUDAHooksArgs) {}
   void init() const override {}
@@ -101,8 +161,8 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
     return old;
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
-  bool isPinnedPtr(const void* /*data*/) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
   void deviceSynchronize(c10::DeviceIndex /*device_index*/) const override {}
   // Fake tensors draw no random numbers; a CPU generator keeps seeding/state APIs working.
   const at::Generator& getDefaultGenerator(c10::DeviceIndex /*device_index*/) const override {
@@ -148,8 +208,16 @@ C10_REGISTER_GUARD_IMPL(CUDA, FakeCUDAGuard);
 
 }  // namespace maya_fake_cuda
 
+namespace c10d {
+C10_REGISTER_TYPED_CLASS_WITH_PRIORITY(TimerRegistry, c10::kCUDA, c10::REGISTRY_PREFERRED,
+                                       maya_fake_cuda::FakeCUDATimer)
+}  // namespace c10d
+
 namespace at {
-C10_REGISTER_TYPED_CLASS(CUDAHooksRegistry, "CUDAHooks", maya_fake_cuda::FakeCUDAHooks)
+// Preferred priority: on a CUDA build libtorch_cuda has registered its own "CUDAHooks" at default
+// priority already, and an equal-priority duplicate makes c10::Registry call exit(1).
+C10_REGISTER_TYPED_CLASS_WITH_PRIORITY(CUDAHooksRegistry, "CUDAHooks", c10::REGISTRY_PREFERRED,
+                                       maya_fake_cuda::FakeCUDAHooks)
 namespace native {
 REGISTER_CUDA_DISPATCH(_fused_sdp_choice_stub, &maya_fake_cuda::fake_sdp_choice)
 }  // namespace native
