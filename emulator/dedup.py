@@ -325,6 +325,8 @@ def expand_rank(rep_table: pa.Table, rep_rank: int, rank: int, groups: list[dict
             ranks_loc.setdefault(g, (p, gi))
 
     def map_group(name: str | None, ranks: tuple[int, ...]) -> tuple[str | None, tuple[int, ...]]:
+        if len(ranks) == world_size:  # a group of every rank (the world, or TP/DP over the whole job) is shared
+            return name, ranks
         loc = name_loc.get(name) if name else None
         loc = loc or ranks_loc.get(ranks)
         if loc is None:  # the world group, or one this rank layout does not explain

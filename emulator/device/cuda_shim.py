@@ -354,6 +354,19 @@ class _Nvtx:
         return None
 
 
+class _NoCudaGraphs:
+    """CUDA graph capture is not emulated: fail naming the API (on a CUDA build the real one would
+    reach the CUDA runtime). Programs that capture by default usually have a switch to run eagerly."""
+
+    def __init__(self, api: str):
+        self.api = api
+
+    def __call__(self, *args, **kwargs):
+        raise UnsupportedCudaAPI(
+            f"maya: {self.api}: CUDA graph capture is not emulated; run the program without CUDA graphs "
+            "(e.g. torchtitan --training.disable_cuda_graphs)")
+
+
 def _missing_c_attr(name: str):
     """torch._C.__getattr__: CUDA runtime bindings a CPU build lacks, reported by name."""
     if name.startswith(("_cuda", "_cudnn", "_nccl", "_CudaStreamBase", "_CudaEventBase")):
@@ -423,6 +436,11 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
         "set_rng_state": set_rng_state,
         "set_rng_state_all": lambda states: None,
         "nvtx": _Nvtx(),
+        "is_current_stream_capturing": lambda: False,
+        "graph_pool_handle": _NoCudaGraphs("torch.cuda.graph_pool_handle"),
+        "CUDAGraph": _NoCudaGraphs("torch.cuda.CUDAGraph"),
+        "graph": _NoCudaGraphs("torch.cuda.graph"),
+        "make_graphed_callables": _NoCudaGraphs("torch.cuda.make_graphed_callables"),
     }
     for name, fn in patches.items():
         setattr(cuda, name, fn)

@@ -36,7 +36,7 @@ def row_for(case, result, llm_analysis_s: float | None = None, llm_analysis_note
            "roofline_s": result.roofline_s, "llm_analysis_s": llm_analysis_s, "oom": result.oom,
            "coverage": result.coverage, "error": result.error, "llm_analysis_note": llm_analysis_note,
            "wall_s": result.wall_s, "breakdown_s": getattr(result, "breakdown", {}),
-           "roofline_sim_s": getattr(result, "roofline_sim_s", None)}
+           "roofline_sim_s": getattr(result, "roofline_sim_s", None), "load_avg": getattr(result, "load_avg", None)}
     add_errors(row)
     return row
 
@@ -178,6 +178,7 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a report is for everyone to read
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -36,6 +36,7 @@ class RunResult:
     roofline_method: str = ""
     roofline_sim_s: float | None = None  # maya's simulator with analytical durations (host gaps included)
     breakdown: dict = field(default_factory=dict)  # prediction.json breakdown_s (compute, host, ...)
+    load_avg: float | None = None  # CPU cases: 1-minute load average right after the measurement
     measured_s: float | None = None  # CPU cases: measured here with `maya profile`
     oom: bool = False
     coverage: dict = field(default_factory=dict)  # estimator coverage {learned, fallback}
@@ -264,6 +265,7 @@ def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float
         res.measured_s = measured_iteration_s(folder / "profile")
     except (FileNotFoundError, ValueError, KeyError) as e:
         res.error = f"maya profile exited {rc}: {e}: {_tail(log)}"
+    res.load_avg = load_average()
     rc = _run([*MAYA, "emulate", "--gpu", "cpu", *nproc, "--iterations", str(iterations), "--out", str(out),
                *program], log, timeout_s)
     if _summary_or_none(out) is None:

@@ -39,6 +39,11 @@ def _llm_analysis(case) -> tuple[float | None, str]:
         return None, str(e)
 
 
+def _loads(rows: list[dict]) -> str:
+    loads = [r["load_avg"] for r in rows if r.get("load_avg") is not None]
+    return f"{min(loads):.1f}-{max(loads):.1f}" if loads else "not recorded"
+
+
 def _predictors(gpus: set[str], runs: Path, rep: dict, console: Console | None) -> None:
     """Champion predictors for every part of a table (trained/calibrated on first use); problems become notes."""
     for gpu in sorted(gpus):
@@ -87,7 +92,7 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
     if cpu and stored:
         rows = _run_section(keep(suites.cpu_cases(quick)), lambda c: runner.stored_result(c, runs), console, "cpu")
         rep["cpu"] = {"rows": rows, "summary": report.table_summary(rows, report.CPU_TARGET),
-                      "preamble": CPU_PREAMBLE.format(load=runner.load_average() or float("nan"))}
+                      "preamble": CPU_PREAMBLE.format(load=_loads(rows))}
     elif cpu:
         cases = keep(suites.cpu_cases(quick))
         for i, case in enumerate(cases, 1):  # real runs and CPU emulations first ...
@@ -103,7 +108,7 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
         predict = lambda c: runner.predict_cpu_case(c, runs, timeout_s=timeout_s, resimulate=resimulate)
         rows = _run_section(cases, predict, console, "cpu")  # ... then predict
         rep["cpu"] = {"rows": rows, "summary": report.table_summary(rows, report.CPU_TARGET),
-                      "preamble": CPU_PREAMBLE.format(load=runner.load_average() or float("nan"))}
+                      "preamble": CPU_PREAMBLE.format(load=_loads(rows))}
     if gpu:
         try:
             cases = keep(suites.gpu_cases(quick))
@@ -160,8 +165,8 @@ def print_tables(rep: dict, console: Console) -> None:
 CPU_PREAMBLE = (
     "Each program runs for real on this CPU with `maya profile` (the measured column: median over steady "
     "iterations, slowest rank) and is predicted with `maya predict --gpu cpu` using the CPU-calibrated "
-    "predictors. 1-minute load average at the end of the run: {load:.1f} (other work on the machine adds "
-    "noise to the measured times).\n")
+    "predictors. 1-minute load average right after each measurement: {load} (other work on the machine "
+    "adds noise to the measured times).\n")
 GPU_PREAMBLE = (
     "Each row reruns the published configuration with `examples/validation/megatron_gpt.py` (same model, "
     "TP/PP/DP layout, micro/global batch, activation checkpointing, precision) under `maya emulate` on the "

@@ -50,3 +50,13 @@ def test_pinned_memory_and_ddp_with_unused_parameter_search(tmp_path):
     seen = run.printed()
     assert (seen["pinned"], seen["ddp"]) == ("True view=True plain=False", "ok")
     assert (run.trace.kind == "collective").any()
+
+
+def test_cuda_graphs_fail_naming_the_api(tmp_path):
+    prog = tmp_path / "graphs.py"
+    prog.write_text("import torch\nprint(f'capturing={torch.cuda.is_current_stream_capturing()}')\n"
+                    "g = torch.cuda.CUDAGraph()\n")
+    run = run_worker(str(prog), tmp_path / "out")
+    assert run.rc == 1 and run.printed()["capturing"] == "False"
+    assert "torch.cuda.CUDAGraph: CUDA graph capture is not emulated" in run.summary["error"]
+    assert "driver" not in run.summary["error"]

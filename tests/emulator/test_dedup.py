@@ -182,3 +182,19 @@ def test_pipeline_middle_stages_that_differ_are_all_emulated():
     res = deduplicate(4, run)
     assert sorted(set(ran)) == [0, 1, 2, 3]
     assert res.rank_map == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
+def test_expand_rank_keeps_a_second_world_sized_group_apart_from_the_default_group():
+    # DDP (or TP) over a new group that holds every rank, beside the default group "0"
+    groups = [{"name": "0", "ranks": [0, 1, 2, 3]}, {"name": "1", "ranks": [0, 1, 2, 3]}]
+    rows = {c: [] for c in TRACE_SCHEMA.names}
+    for i, name in enumerate(["0", "1"]):
+        row = {c: None for c in TRACE_SCHEMA.names}
+        row.update(rank=3, seq=i, iteration=0, kind="collective", op="c10d::allreduce_", stream=0,
+                   group=name, group_ranks=[0, 1, 2, 3], coll_seq=0)
+        for c in TRACE_SCHEMA.names:
+            rows[c].append(row[c])
+    rep = pa.table(rows, schema=TRACE_SCHEMA)
+    out = expand_rank(rep, 3, 2, groups, world_size=4)
+    assert out.column("group").to_pylist() == ["0", "1"]
+    assert out.column("rank").to_pylist() == [2, 2]
