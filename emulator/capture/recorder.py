@@ -105,6 +105,9 @@ class Recorder(TorchDispatchMode):
         self._iter_start = (time.perf_counter(), time.process_time())
         self._t_last = _clock()
         self._overhead = 0.0  # emulator CPU time since the last recorded event (excluded from host gaps)
+        # per-call cost of reaching the recorder that cannot be timed from inside it (torch's C++ -> Python
+        # crossing into the fake mode); measured once per run by Session.calibrate_host_gap and subtracted
+        self.gap_baseline = 0.0
         # MAYA_EMULATOR_FASTPATH=0 turns the signature cache off (tests compare both paths' traces)
         self._fast = policy == "emulate" and os.environ.get("MAYA_EMULATOR_FASTPATH", "1") != "0"
         self.fast_hits = 0
@@ -349,7 +352,7 @@ class Recorder(TorchDispatchMode):
         if self.memory is not None:
             own += self.memory.overhead_s
             self.memory.overhead_s = 0.0
-        return max(t_enter - self._t_last - own, 0.0)
+        return max(t_enter - self._t_last - own - self.gap_baseline, 0.0)
 
     def _record_cached(self, row, func, args, kwargs, op, keyed, gap):
         """A repeated signature: the same row fields as its first call, fresh outputs, live bookkeeping."""

@@ -354,17 +354,17 @@ class _Nvtx:
         return None
 
 
-class _NoCudaGraphs:
-    """CUDA graph capture is not emulated: fail naming the API (on a CUDA build the real one would
-    reach the CUDA runtime). Programs that capture by default usually have a switch to run eagerly."""
+def _no_cuda_graphs(api: str) -> type:
+    """CUDA graph capture is not emulated: a stand-in that fails naming the API when called (on a
+    CUDA build the real one would reach the CUDA runtime). A class, not a function, so that
+    annotations such as `torch.cuda.CUDAGraph | None` in library code still evaluate."""
 
-    def __init__(self, api: str):
-        self.api = api
-
-    def __call__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs):
         raise UnsupportedCudaAPI(
-            f"maya: {self.api}: CUDA graph capture is not emulated; run the program without CUDA graphs "
+            f"maya: {api}: CUDA graph capture is not emulated; run the program without CUDA graphs "
             "(e.g. torchtitan --training.disable_cuda_graphs)")
+
+    return type(api.rsplit(".", 1)[-1], (), {"__init__": __init__, "__doc__": f"{api} (not emulated)"})
 
 
 def _missing_c_attr(name: str):
@@ -437,10 +437,10 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
         "set_rng_state_all": lambda states: None,
         "nvtx": _Nvtx(),
         "is_current_stream_capturing": lambda: False,
-        "graph_pool_handle": _NoCudaGraphs("torch.cuda.graph_pool_handle"),
-        "CUDAGraph": _NoCudaGraphs("torch.cuda.CUDAGraph"),
-        "graph": _NoCudaGraphs("torch.cuda.graph"),
-        "make_graphed_callables": _NoCudaGraphs("torch.cuda.make_graphed_callables"),
+        "graph_pool_handle": _no_cuda_graphs("torch.cuda.graph_pool_handle"),
+        "CUDAGraph": _no_cuda_graphs("torch.cuda.CUDAGraph"),
+        "graph": _no_cuda_graphs("torch.cuda.graph"),
+        "make_graphed_callables": _no_cuda_graphs("torch.cuda.make_graphed_callables"),
     }
     for name, fn in patches.items():
         setattr(cuda, name, fn)
