@@ -108,6 +108,7 @@ class Recorder(TorchDispatchMode):
         # per-call cost of reaching the recorder that cannot be timed from inside it (torch's C++ -> Python
         # crossing into the fake mode); measured once per run by Session.calibrate_host_gap and subtracted
         self.gap_baseline = 0.0
+        self.probing = 0  # > 0 inside library code that runs ops only to learn output metadata
         # MAYA_EMULATOR_FASTPATH=0 turns the signature cache off (tests compare both paths' traces)
         self._fast = policy == "emulate" and os.environ.get("MAYA_EMULATOR_FASTPATH", "1") != "0"
         self.fast_hits = 0
@@ -237,6 +238,10 @@ class Recorder(TorchDispatchMode):
             self._overhead += _clock() - t_enter
             return args[0].fake_device
         kwargs = kwargs or {}
+        if self.probing:
+            # metadata probes (DTensor's sharding propagation): no device work, no device memory
+            with self.fake_mode:
+                return func(*args, **kwargs)
         op = self.op_name.get(func)
         if op is None:
             op = self.op_name[func] = canonical_op(func.name())

@@ -69,6 +69,8 @@ class Session:
 
             objects.install(ns.out, ns.rank)
         self._install_compile_fallback()
+        if self.policy == "emulate":
+            _install_metadata_probe_guard(rec)
         state.set_recorder(rec)
         return rec
 
@@ -209,3 +211,26 @@ def _program_traceback() -> str:
     while tb is not None and start > 0:
         tb, start = tb.tb_next, start - 1
     return "".join(traceback.format_exception(etype, value, tb))
+
+
+def _install_metadata_probe_guard(rec) -> None:
+    """DTensor learns output shapes by running the local op on throw-away fake tensors of the
+    *global* shape. A real GPU never allocates those, so they must not be recorded or charged to
+    the emulated allocator (an 8B model's global-shape optimizer states would 'OOM' at once)."""
+    try:
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    except ImportError:
+        return
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+    if getattr(original, "_maya_probe_guard", False):
+        return
+
+    def propagate(self, *args, **kwargs):
+        rec.probing += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            rec.probing -= 1
+
+    propagate._maya_probe_guard = True
+    ShardingPropagator._propagate_tensor_meta_non_cached = propagate
