@@ -208,7 +208,8 @@ def gemm_dims(op: str, shapes: Sequence[Sequence[int]]) -> tuple[int, int, int, 
 def attention_dims(op: str, shapes: Sequence[Sequence[int]]) -> tuple[int, int, int, int, int, int] | None:
     """(batch, q_heads, kv_heads, seq_q, seq_k, head_dim) for SDPA-family ops ([b, h, s, d] layout)."""
     sh = [list(s) for s in (shapes or [])]
-    offset = 1 if op.endswith("_backward") else 0  # backward ops take grad_out first
+    # SDPA backward ops take grad_out first; FlexAttention's backward takes query first
+    offset = 1 if op.endswith("_backward") and op != "aten::flex_attention_backward" else 0
     if op in ("aten::_flash_attention_forward", "aten::_efficient_attention_forward",
               "aten::_flash_attention_backward", "aten::_efficient_attention_backward"):
         # these take [b, s, h, d]

@@ -37,10 +37,12 @@ import time
 from collections import Counter
 
 import torch
+from torch._ops import HigherOrderOperator
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
     FakeTensor,
+    FakeTensorMode,
     UnsupportedOperatorException,
 )
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -75,6 +77,9 @@ class Recorder(TorchDispatchMode):
         # Python wrapper that costs ~10 us per dispatch (several dispatches per recorded op). The
         # session runs torch.compile eagerly, so Dynamo never traces and the wrapper only costs.
         return False
+
+    # FlexAttention and other higher-order ops come through __torch_dispatch__ (see _record_higher_order)
+    supports_higher_order_operators = True
 
     def __init__(self, rank: int, policy: str = "emulate", fake_mode=None, memory=None, stream_id=lambda: 0,
                  max_iterations: int | None = None, device_type: str = "cuda"):
@@ -238,6 +243,8 @@ class Recorder(TorchDispatchMode):
             self._overhead += _clock() - t_enter
             return args[0].fake_device
         kwargs = kwargs or {}
+        if isinstance(func, HigherOrderOperator):
+            return self._record_higher_order(func, args, kwargs, t_enter)
         if self.probing:
             # metadata probes (DTensor's sharding propagation): no device work, no device memory
             with self.fake_mode:
@@ -378,6 +385,42 @@ class Recorder(TorchDispatchMode):
         self._t_last = _clock()
         if oom is not None:
             raise oom
+        return out
+
+    def _record_higher_order(self, func, args, kwargs, t_enter):
+        """A higher-order op (FlexAttention forward/backward): one kernel row over its tensor inputs.
+
+        On a GPU it is one fused kernel; its score/mask functions are graphs, not arguments a
+        benchmark could replay, so only the tensors are recorded (block-mask sparsity is not
+        reflected in the FLOP count, which assumes a dense score matrix)."""
+        op = f"aten::{func.name()}"
+        with self._lock:
+            gap = self._gap(t_enter)
+            tensors = [x for x in _flatten(args) + _flatten(list(kwargs.values())) if isinstance(x, torch.Tensor)]
+            if self.policy == "emulate":
+                # higher-order ops look their rule up by the exact mode type: reuse FakeTensorMode's
+                mode_type = type(self.fake_mode)
+                if mode_type not in func.python_key_table and FakeTensorMode in func.python_key_table:
+                    func.py_impl(mode_type)(func.python_key_table[FakeTensorMode])
+                with self.fake_mode:
+                    out = func(*args, **kwargs)
+            else:
+                with torch.utils._python_dispatch._disable_current_modes():
+                    out = func(*args, **kwargs)
+            out_shapes, out_dtypes, _ = signature.outputs(out)
+            if self.memory is not None:
+                self._see_outputs(out)
+            shapes = [list(t.shape) for t in tensors]
+            dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors]
+            strides = [list(t.stride()) for t in tensors]
+            jargs = {"higher_order": True}
+            flops, nbytes = flops_and_bytes(op, shapes, dtypes, out_shapes, out_dtypes, jargs)
+            module, phase = self._module_phase()
+            self.rows.add(kind="kernel", op=op, stream=self.stream_id(), iteration=self.iteration, module=module,
+                          phase=phase, shapes=shapes, dtypes=dtypes, strides=strides, args=json.dumps(jargs),
+                          out_shapes=out_shapes, out_dtypes=out_dtypes, flops=flops, bytes=nbytes,
+                          host_gap_s=gap, mem=self._mem())
+            self._t_last = _clock()
         return out
 
     def _record_op(self, func, args, kwargs, op, t_enter, keyed=None):

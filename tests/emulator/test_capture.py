@@ -161,3 +161,14 @@ def test_activation_checkpointing_recomputes_in_backward(tmp_path):
     flash = t[t.op == "aten::_scaled_dot_product_flash_attention"]
     assert list(flash.phase) == ["forward", "forward", "backward", "backward"]  # 2 layers, recomputed
     assert list(flash.module) == ["GPT.h.0", "GPT.h.1", "GPT.h.1", "GPT.h.0"]
+
+
+def test_flex_attention_is_recorded_as_one_kernel_each_way(tmp_path):
+    run = run_worker("flex_attention.py", tmp_path)
+    assert run.rc == 0, run.summary["error"]
+    flex = run.trace[run.trace.op.str.startswith("aten::flex_attention")]
+    assert flex.op.tolist() == ["aten::flex_attention", "aten::flex_attention_backward"]
+    fwd, bwd = flex.flops.tolist()
+    assert fwd == 4 * 2 * 4 * 128 * 128 * 64  # dense score matrix
+    assert bwd == 2.5 * fwd
+    assert flex.phase.tolist()[1] == "backward"
