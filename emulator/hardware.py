@@ -166,6 +166,18 @@ register(GPUSpec(
 ))
 
 
+def cpu_model_name() -> str:
+    """The processor's marketing name (/proc/cpuinfo on Linux, else what platform knows)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _cpu_spec() -> GPUSpec:
     """The local processor as a 'device': used by CPU calibration and validation.
 
@@ -174,15 +186,7 @@ def _cpu_spec() -> GPUSpec:
     roofline fallback.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    model = cpu_model_name()
     ghz = 2.5
     fp32 = cores * ghz * 1e9 * 32  # 2 FMA x 8 fp32 lanes x 2 flops
     try:

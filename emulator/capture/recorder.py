@@ -289,20 +289,24 @@ class Recorder(TorchDispatchMode):
                 self._see_outputs(out, new)
             return out
         if self.policy == "emulate":
-            with self.fake_mode:
-                try:
-                    out = func(*args, **kwargs)
-                except _NOT_FAKEABLE as e:
-                    out = self._best_guess(func, args, kwargs, op, e)
-                except RuntimeError as e:
-                    if not _missing_kernel(e):
-                        raise
-                    out = self._best_guess(func, args, kwargs, op, e)
+            out = self._fake_call(func, args, kwargs, op)
         else:
             out = func(*args, **kwargs)
         if not record and self.memory is not None:
             self._see_outputs(out)
         return out
+
+    def _fake_call(self, func, args, kwargs, op):
+        """Run the op's fake kernel; an op without one gets a best-guess output and is listed as unsupported."""
+        with self.fake_mode:
+            try:
+                return func(*args, **kwargs)
+            except _NOT_FAKEABLE as e:
+                return self._best_guess(func, args, kwargs, op, e)
+            except RuntimeError as e:
+                if not _missing_kernel(e):
+                    raise
+                return self._best_guess(func, args, kwargs, op, e)
 
     def _run_cached(self, func, args, kwargs, op, keyed):
         """(output, its fresh-storage tensors or None if unknown) from the signature cache; a miss runs
@@ -314,15 +318,7 @@ class Recorder(TorchDispatchMode):
             new: list = []
             return fastpath.rebuild(spec, inputs, self.fake_mode, new), new
         noted = self._noted
-        with self.fake_mode:
-            try:
-                out = func(*args, **kwargs)
-            except _NOT_FAKEABLE as e:
-                out = self._best_guess(func, args, kwargs, op, e)
-            except RuntimeError as e:
-                if not _missing_kernel(e):
-                    raise
-                out = self._best_guess(func, args, kwargs, op, e)
+        out = self._fake_call(func, args, kwargs, op)
         if spec is _MISS:
             try:
                 if self._noted != noted or not fastpath.same_inputs(key, func, args, kwargs,
