@@ -19,13 +19,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from emulator.files import atomic_write_parquet
 from maya_models.schema import MEASUREMENT_SCHEMA, MEASUREMENT_SCHEMA_VERSION
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -92,18 +92,6 @@ def to_measurement_table(table, *, gpu: str | None = None, source: str | None = 
     return out
 
 
-def _atomic_write_parquet(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_measurements(table, *, root=None, gpu: str, source: str, run_id: str, chunk: int = 0) -> Path:
     """Write one chunk of measurements atomically; returns the file written.
 
@@ -116,7 +104,7 @@ def write_measurements(table, *, root=None, gpu: str, source: str, run_id: str, 
         raise WarehouseError(f"chunk must be an int in 0..99999, got {chunk!r}")
     out = to_measurement_table(table, gpu=gpu, source=source)
     path = partition_dir(gpu, source, root) / f"{run_id}-{chunk:05d}.parquet"
-    _atomic_write_parquet(out, path)
+    atomic_write_parquet(out, path)
     return path
 
 
@@ -145,7 +133,7 @@ def replace_source(gpu: str, source: str, table, *, root=None, run_id: str = "im
     staging = staging_base / f"{gpu}-{source}-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     try:
-        _atomic_write_parquet(out, staging / f"{_check_name('run_id', run_id)}-00000.parquet")
+        atomic_write_parquet(out, staging / f"{_check_name('run_id', run_id)}-00000.parquet")
         final.parent.mkdir(parents=True, exist_ok=True)
         old = None
         if final.exists():

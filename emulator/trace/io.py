@@ -18,32 +18,19 @@ Per-rank json keys: rank, ok, error, oom, peak_allocated, peak_reserved, iterati
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from emulator.files import atomic_write_bytes, atomic_write_parquet
 from emulator.trace.schema import TRACE_SCHEMA, check_schema
 
 EMULATION_JSON = "emulation.json"
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: Path, obj: dict) -> None:
-    _atomic_write_bytes(Path(path), json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
+    atomic_write_bytes(Path(path), json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
 
 
 def read_json(path: Path) -> dict:
@@ -62,16 +49,7 @@ def rank_summary_path(out: Path, rank: int) -> Path:
 def write_rank_trace(out: Path, rank: int, table: pa.Table) -> Path:
     """Write one rank's trace (cast to TRACE_SCHEMA) via a temp file + rename."""
     path = rank_trace_path(out, rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-0.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_parquet(table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA), path)
     return path
 
 

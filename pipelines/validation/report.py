@@ -11,10 +11,9 @@ fresh run, a cached one, or a hand-made table in a test. Outputs go to one folde
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
 
+from emulator.files import atomic_write_bytes
 from emulator.trace.io import write_json
 from pipelines.validation.metrics import meets, pct, rel_error, summarize
 
@@ -172,17 +171,6 @@ def render_markdown(report: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- files
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a report is for everyone to read
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def plot(rows: list[dict], title: str, path: Path) -> bool:
@@ -211,7 +199,7 @@ def plot(rows: list[dict], title: str, path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    _atomic_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return True
 
 
@@ -225,6 +213,6 @@ def write_report(report: dict, out_dir: Path) -> dict[str, Path]:
             section["plot"] = f"{key}.png"
             written[f"{key}_plot"] = out_dir / f"{key}.png"
     write_json(out_dir / "report.json", report)
-    _atomic_bytes(out_dir / "report.md", render_markdown(report).encode())
+    atomic_write_bytes(out_dir / "report.md", render_markdown(report).encode())
     written.update(json=out_dir / "report.json", markdown=out_dir / "report.md")
     return written
