@@ -15,6 +15,7 @@ Three jobs (DESIGN section 2):
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from emulator.trace.io import read_summary, read_traces
 
 DEVICE_KINDS = frozenset({"kernel", "memset", "memcpy"})
 COMM_KINDS = frozenset({"collective", "p2p"})
+_LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
 WAIT_OPS = frozenset({"c10d::wait", "_c10d_functional::wait_tensor", "c10d_functional::wait_tensor"})
 
 
@@ -145,7 +147,7 @@ def rep_trace(rank: int, table: pa.Table) -> RepTrace:
     table = table.sort_by("seq")
     d = {c: table.column(c).to_pylist() for c in ("kind", "op", "stream", "host_gap_s", "iteration", "phase",
                                                   "event_id", "coll_seq", "coll_bytes", "group", "group_ranks",
-                                                  "peer", "args") if c in table.column_names}
+                                                  "peer", "args", "module") if c in table.column_names}
     n = table.num_rows
     kinds, ops = d["kind"], d["op"]
     args = [parse_args(a) for a in d.get("args", [None] * n)]
@@ -154,7 +156,8 @@ def rep_trace(rank: int, table: pa.Table) -> RepTrace:
     col = lambda c, default=None: d.get(c) or [default] * n  # noqa: E731
     rep = RepTrace(
         rank=rank, table=table, kind=kinds, op=ops, stream=[s or 0 for s in col("stream", 0)],
-        host_gap=[float(g) if g is not None and g == g else 0.0 for g in col("host_gap_s", 0.0)],
+        host_gap=robust_host_gaps(ops, col("phase", "other"), col("module", ""),
+                                  [float(g) if g is not None and g == g else 0.0 for g in col("host_gap_s", 0.0)]),
         iteration=[int(i) for i in col("iteration", 0)], phase=[p or "other" for p in col("phase", "other")],
         flops=flops, event_id=col("event_id"), coll_seq=col("coll_seq"), coll_bytes=col("coll_bytes"),
         group=col("group"), group_ranks=[tuple(g) if g is not None else None for g in col("group_ranks")],
@@ -171,6 +174,36 @@ def rep_trace(rank: int, table: pa.Table) -> RepTrace:
     rep.ranked_rows = [i for i, k in enumerate(kinds)
                        if k in COMM_KINDS or (k == "event_wait" and rep.group[i] is not None)]
     return rep
+
+
+SPIKE_FACTOR = 3.0  # a host gap above this many times its class median is a measurement spike
+SPIKE_MIN_CLASS = 4  # classes smaller than this keep their gaps as measured
+
+
+def robust_host_gaps(ops: list[str], phases: list, modules: list, gaps: list[float]) -> list[float]:
+    """Host gaps with the emulating machine's preemption spikes clipped.
+
+    Why: gaps are process CPU time, and on a busy or virtualised machine a call now and then is
+    charged for time the process did not run (the hypervisor took the core, the kernel counted it
+    as ours): single gaps of 50-100 ms among neighbours of 100 us. The same op at the same place
+    of every layer and iteration does the same host work, so such an outlier is the machine, not
+    the program. Class = (op, phase, module path with layer indices dropped); a gap above
+    `SPIKE_FACTOR` x its class median is cut to that bound. Classes of fewer than
+    `SPIKE_MIN_CLASS` rows (the data loader's gap before the first op, logging, a checkpoint)
+    are left alone: a one-off host cost is real.
+    """
+    classes: dict[tuple, list[int]] = defaultdict(list)
+    for i, (op, ph, mod) in enumerate(zip(ops, phases, modules, strict=True)):
+        classes[(op, ph, _LAYER_INDEX.sub(".#", mod or ""))].append(i)
+    out = list(gaps)
+    for rows in classes.values():
+        if len(rows) < SPIKE_MIN_CLASS:
+            continue
+        bound = SPIKE_FACTOR * float(np.median([gaps[i] for i in rows]))
+        for i in rows:
+            if out[i] > bound:
+                out[i] = bound
+    return out
 
 
 def _own_view(rep: RepTrace) -> RankView:

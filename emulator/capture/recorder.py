@@ -111,8 +111,16 @@ class Recorder(TorchDispatchMode):
         self._t_last = _clock()
         self._overhead = 0.0  # emulator CPU time since the last recorded event (excluded from host gaps)
         # per-call cost of reaching the recorder that cannot be timed from inside it (torch's C++ -> Python
-        # crossing into the fake mode); measured once per run by Session.calibrate_host_gap and subtracted
+        # crossing, fake-tensor subclass handling, the autograd engine's hand-off to the fake device);
+        # measured once per run by Session.calibrate_host_gap, separately for calls on the program's
+        # thread and on autograd's backward thread, and subtracted
         self.gap_baseline = 0.0
+        self.gap_baseline_backward = 0.0
+        # every entry into this mode crosses from torch's C++ into Python and back (argument and result
+        # conversion, the mode stack): emulator cost outside any timed window, paid for unrecorded calls
+        # too (views, device queries, detach for saved tensors); counted here, priced by calibration
+        self.crossings = 0
+        self.crossing_cost = 0.0
         self.probing = 0  # > 0 inside library code that runs ops only to learn output metadata
         # MAYA_EMULATOR_FASTPATH=0 turns the signature cache off (tests compare both paths' traces)
         self._fast = policy == "emulate" and os.environ.get("MAYA_EMULATOR_FASTPATH", "1") != "0"
@@ -238,6 +246,7 @@ class Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         t_enter = _clock()
+        self.crossings += 1
         if func is _PRIM_DEVICE and isinstance(args[0], FakeTensor):
             # asked on every op by autograd/python code; no device work, and a real tensor answers in C++
             self._overhead += _clock() - t_enter
@@ -360,7 +369,12 @@ class Recorder(TorchDispatchMode):
         if self.memory is not None:
             own += self.memory.overhead_s
             self.memory.overhead_s = 0.0
-        return max(t_enter - self._t_last - own - self.gap_baseline, 0.0)
+        in_backward = torch._C._current_graph_task_id() != -1
+        baseline = self.gap_baseline_backward if in_backward else self.gap_baseline
+        # the baseline prices this call's own crossing; the unrecorded ones since the last event are extra
+        own += max(self.crossings - 1, 0) * self.crossing_cost
+        self.crossings = 0
+        return max(t_enter - self._t_last - own - baseline, 0.0)
 
     def _record_cached(self, row, func, args, kwargs, op, keyed, gap):
         """A repeated signature: the same row fields as its first call, fresh outputs, live bookkeeping."""

@@ -108,7 +108,7 @@ class Session:
         rec = self.recorder
         try:
             with rec:
-                if self.policy == "emulate":
+                if self.policy != "profile":  # profiling measures; its gaps are not predictions
                     self.calibrate_host_gap()
                 try:
                     self._run_program()
@@ -135,26 +135,52 @@ class Session:
             return EXIT_OK
         return EXIT_OOM if self.died_of_oom else EXIT_FAILED
 
-    def calibrate_host_gap(self, calls: int = 300) -> float:
+    def calibrate_host_gap(self, calls: int = 300) -> dict:
         """Measure the emulator's own per-call cost that the recorder cannot see, and subtract it from gaps.
 
-        A tight loop of tiny device ops has no program work between calls, so its recorded host gaps
-        are what reaching the recorder costs on this machine (torch's C++ -> Python crossing, the
-        fake-mode plumbing around it). A real GPU host pays a launch cost instead, which the
-        simulator adds per call. The loop's rows and allocations are discarded.
+        Loops of tiny device ops with no program work between calls record, as host gaps, what
+        reaching the recorder costs on this machine. Three prices:
+        - `crossing`: one entry into the recording mode (torch's C++ -> Python crossing and back),
+          paid by unrecorded calls too (views, device queries): a loop with three views per op
+          against one without;
+        - `forward`: the rest of a recorded call on the program's thread with autograd on
+          (fake-tensor handling, building the graph);
+        - `backward`: the same on autograd's backward thread (the engine handing each node to the
+          fake device), several times the forward cost.
+        A real GPU host pays a launch cost instead, which the simulator adds per call. The loops'
+        rows and allocations are discarded.
         """
         rec = self.recorder
-        x = torch.empty(256, device="cuda")
+        cols = rec.rows.cols
+        device = "cuda" if self.policy == "emulate" else "cpu"
+        x = torch.empty(256, device=device)
         for _ in range(calls):
             torch.add(x, x)
-        gaps = sorted(rec.rows.cols["host_gap_s"][calls // 3:])  # after warm-up and the fast path kicking in
-        del x
-        rec.gap_baseline = gaps[len(gaps) // 2] if gaps else 0.0
+        plain = _steady_median(cols["host_gap_s"], calls)
+        n = len(cols["host_gap_s"])
+        for _ in range(calls):
+            torch.add(x.view(-1).view(16, 16).view(256), x)
+        viewed = _steady_median(cols["host_gap_s"][n:], calls)
+        rec.crossing_cost = max(viewed - plain, 0.0) / 3
+        n = len(cols["host_gap_s"])
+        w = torch.empty(256, device=device, requires_grad=True)
+        y = w
+        for _ in range(calls):
+            y = y * 1.5
+        forward = _steady_median(cols["host_gap_s"][n:], calls)
+        n = len(cols["host_gap_s"])
+        y.sum().backward()
+        backward = [g for g, ph, op in zip(cols["host_gap_s"][n:], cols["phase"][n:], cols["op"][n:], strict=True)
+                    if ph == "backward" and op == "aten::mul"]
+        del x, w, y
+        rec.gap_baseline = forward
+        rec.gap_baseline_backward = _steady_median(backward, calls)
         rec.rows = TraceRows(rec.rows.rank)
         if rec.memory is not None:
             rec.memory.allocator.reset_peak()
-        self.host_gap_baseline_s = rec.gap_baseline
-        return rec.gap_baseline
+        self.host_gap_baseline_s = {"crossing": rec.crossing_cost, "forward": rec.gap_baseline,
+                                    "backward": rec.gap_baseline_backward}
+        return self.host_gap_baseline_s
 
     def _oom(self) -> bool:
         mem = self.recorder.memory
@@ -196,6 +222,12 @@ class Session:
             "fast_path": {"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
         }
         write_json(ns.out / "ranks" / f"rank={ns.rank}.json", summary)
+
+
+def _steady_median(gaps: list[float], calls: int) -> float:
+    """Median of a calibration loop's gaps after its first third (warm-up, the fast path kicking in)."""
+    steady = sorted(gaps[calls // 3:calls])
+    return steady[len(steady) // 2] if steady else 0.0
 
 
 class _ProgramFailed(Exception):

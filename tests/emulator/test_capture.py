@@ -172,3 +172,26 @@ def test_flex_attention_is_recorded_as_one_kernel_each_way(tmp_path):
     assert fwd == 4 * 2 * 4 * 128 * 128 * 64  # dense score matrix
     assert bwd == 2.5 * fwd
     assert flex.phase.tolist()[1] == "backward"
+
+
+def test_host_gaps_are_the_programs_time_not_the_emulators(tmp_path):
+    """The emulator costs far more CPU per op than a real host; none of that may show up as host gaps.
+
+    The same small program run for real on this CPU spends its whole step (host work *and* the tiny
+    kernels) in a few milliseconds; the host time the emulated trace records for a step must not
+    exceed that (before the per-crossing calibration it was several times larger)."""
+    import subprocess
+    import sys
+
+    from tests.emulator.programs.harness import PROGRAMS, ROOT, _env
+
+    real = subprocess.run([sys.executable, str(PROGRAMS / "host_cost.py"), "--steps", "8"], cwd=ROOT,
+                          env={**_env(), "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=120)
+    assert real.returncode == 0, real.stderr
+    real_step = min(float(line.split("=")[1]) for line in real.stdout.split() if line.startswith("step_cpu_s="))
+    emu = run_worker("host_cost.py", tmp_path, "--steps", "6")
+    assert emu.rc == 0, emu.summary["error"]
+    steady = emu.trace[emu.trace.iteration.between(1, 4)]
+    per_step = steady.groupby("iteration").host_gap_s.sum().median()
+    assert emu.summary["host_gap_baseline_s"]["crossing"] > 0
+    assert per_step < 2 * real_step, (per_step, real_step)

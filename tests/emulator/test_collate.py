@@ -3,7 +3,7 @@
 import pyarrow.parquet as pq
 import pytest
 
-from emulator.collate import CollateError, HangError, collate, collate_tables
+from emulator.collate import CollateError, HangError, collate, collate_tables, robust_host_gaps
 from emulator.simulate.synthetic import TraceBuilder, ddp_rank, write_job
 from emulator.trace.io import rank_trace_path
 from emulator.trace.schema import TraceSchemaError
@@ -123,3 +123,14 @@ def test_a_deduplicated_3d_job_simulates_exactly_like_the_full_one(tmp_path):
     b = predict_from_trace(dedup, roofline_only=True)
     assert b["iteration_time_s"] == pytest.approx(a["iteration_time_s"], rel=1e-9)
     assert b["breakdown_s"] == pytest.approx(a["breakdown_s"], rel=1e-9)
+
+
+def test_a_preemption_spike_in_a_repeated_op_is_clipped_but_a_one_off_gap_is_kept():
+    ops = ["aten::mm"] * 8 + ["aten::embedding"]
+    modules = [f"Net.layers.{i}.fc" for i in range(8)] + ["Net.emb"]
+    gaps = [1e-4] * 8 + [0.5]
+    gaps[3] = 0.08  # the machine took the core away during layer 3's gap
+    out = robust_host_gaps(ops, ["forward"] * 9, modules, gaps)
+    assert out[3] == pytest.approx(3e-4)  # SPIKE_FACTOR x the class median
+    assert out[:3] == gaps[:3] and out[4:8] == gaps[4:8]
+    assert out[8] == 0.5  # the data loader's gap before the embedding happens once: real host time
