@@ -78,13 +78,15 @@ def profile(
     nproc_per_node: int = typer.Option(1, "--nproc-per-node", "--nproc_per_node"),
     iterations: int = typer.Option(None, "--iterations"),
     out: Path = typer.Option(Path("out-profile"), "--out"),
+    timing_only: bool = typer.Option(False, "--timing-only",
+                                     help="record nothing; only each iteration's wall time (the program's own speed)"),
 ):
     """Run the program for real on the local device and write the same trace with measured durations."""
     from emulator.profile import run_profile
 
     script, module, argv = _program(script, module, args)
     summary = run_profile(script=script, module=module, argv=argv, nproc_per_node=nproc_per_node,
-                          iterations=iterations, out=out)
+                          iterations=iterations, out=out, timing_only=timing_only)
     raise typer.Exit(0 if summary.get("ok", False) else 1)
 
 

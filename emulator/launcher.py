@@ -53,6 +53,7 @@ class Job:
     iterations: int | None
     out: Path
     profile: bool = False
+    timing_only: bool = False  # profile: time iterations, record no trace
 
     @property
     def world_size(self) -> int:
@@ -83,6 +84,8 @@ def worker_command(job: Job, rank: int, worker: list[str] | None = None) -> list
         cmd += ["--iterations", str(job.iterations)]
     if job.profile:
         cmd.append("--profile")
+        if job.timing_only:
+            cmd.append("--timing-only")
     cmd += ["--script", job.script] if job.script else ["--module", job.module]
     return cmd + ["--", *job.argv]
 
@@ -293,6 +296,9 @@ def merge(job: Job, runs: dict[int, RankRun], rank_map: dict[int, int], wall: fl
         "groups": [{"name": g.get("name"), "ranks": g.get("ranks")} for g in (first.get("groups") or [])],
         "failed_rank": failed_rank, "error": error,
         "rank_wall_s": {str(r): run.wall_s for r, run in sorted(runs.items())},
+        # profile: the wall time of every iteration on every rank, as measured (emulation: its own speed)
+        "measured_iterations_s": ({str(r): list(s.get("iteration_wall_s") or []) for r, s in sorted(summaries.items())}
+                                  if mode == "profile" else None),
         "work_hash": {str(r): s.get("work_hash") or s.get("op_hash") for r, s in sorted(summaries.items())},
         "dedup": dedup_info,
     }

@@ -30,8 +30,13 @@ def local_device_key() -> str:
 
 def run_profile(script: str | None, module: str | None, argv: list[str], nproc_per_node: int = 1,
                 iterations: int | None = None, out: Path | str = "out-profile", worker: list[str] | None = None,
-                console: Console | None = None) -> dict:
-    """Run every rank for real (no deduplication); returns and writes the emulation.json equivalent."""
+                console: Console | None = None, timing_only: bool = False) -> dict:
+    """Run every rank for real (no deduplication); returns and writes the emulation.json equivalent.
+
+    `timing_only`: record nothing, only the wall time of each iteration (`measured_iterations_s`):
+    recording every op costs far more than a small model's own host time, so the program's real
+    speed is measured without it."""
     job = Job(script=str(script) if script else None, module=module, argv=list(argv or []), gpu=local_device_key(),
-              nproc_per_node=nproc_per_node, nnodes=1, iterations=iterations, out=Path(out), profile=True)
+              nproc_per_node=nproc_per_node, nnodes=1, iterations=iterations, out=Path(out), profile=True,
+              timing_only=timing_only)
     return _launch(job, dedup=False, jobs=nproc_per_node, verify=0, worker=worker, console=console, mode="profile")

@@ -44,6 +44,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--iterations", type=int, default=None)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--timing-only", action="store_true",
+                   help="with --profile: time iterations only, record nothing (the program's own speed)")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--script")
     g.add_argument("--module")
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         spec = get_gpu(ns.gpu)
-        policy = "profile" if ns.profile else ("cpu" if spec.is_cpu else "emulate")
+        policy = ("time" if ns.timing_only else "profile") if ns.profile else ("cpu" if spec.is_cpu else "emulate")
         if policy == "emulate":
             # a CUDA build of torch on a machine with GPUs must not touch them: hide them from the driver
             os.environ["CUDA_VISIBLE_DEVICES"] = ""

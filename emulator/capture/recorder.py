@@ -135,6 +135,11 @@ class Recorder(TorchDispatchMode):
 
     # ------------------------------------------------------------------ context
     def __enter__(self):
+        if self.policy == "time":  # iteration boundaries only: no dispatch mode, no module hooks
+            self._hooks = [register_optimizer_step_pre_hook(self._step_pre),
+                           register_optimizer_step_post_hook(self._step_post)]
+            self._iter_start = (time.perf_counter(), time.process_time())
+            return self
         self.tracker.__enter__()
         if self.policy == "emulate":
             torch._C._set_only_lift_cpu_tensors(True)
@@ -144,6 +149,10 @@ class Recorder(TorchDispatchMode):
         return super().__enter__()
 
     def __exit__(self, *exc):
+        if self.policy == "time":
+            for h in self._hooks:
+                h.remove()
+            return False
         out = super().__exit__(*exc)
         for h in self._hooks:
             h.remove()

@@ -28,7 +28,7 @@ class Session:
     def __init__(self, ns, spec: GPUSpec, policy: str):
         self.ns = ns
         self.spec = spec
-        self.policy = policy  # emulate | cpu | profile
+        self.policy = policy  # emulate | cpu | profile | time (profile that records nothing but iterations)
         self.error: str | None = None
         self.ok = False
         self.stopped = False
@@ -48,7 +48,7 @@ class Session:
             memory = DeviceMemory(self.spec.memory_bytes)
             device_type = "cuda"
             stream_id = cuda_shim.current_stream_id
-        elif self.policy == "profile" and torch.cuda.is_available():
+        elif self.policy in ("profile", "time") and torch.cuda.is_available():
             device_type = "cuda"
             stream_id = lambda: int(torch.cuda.current_stream().stream_id)  # noqa: E731
         rec = Recorder(ns.rank, policy=self.policy, memory=memory, stream_id=stream_id,
@@ -63,8 +63,9 @@ class Session:
             checkpoint.install(rec, stream_id)
         from emulator.distributed import fake_pg
 
-        fake_pg.install(ns.rank, ns.world_size, recorder=rec, real=self.policy == "profile")
-        if self.policy != "profile":
+        measuring = self.policy in ("profile", "time")
+        fake_pg.install(ns.rank, ns.world_size, recorder=None if self.policy == "time" else rec, real=measuring)
+        if not measuring:
             from emulator.distributed import objects
 
             objects.install(ns.out, ns.rank)
@@ -108,7 +109,7 @@ class Session:
         rec = self.recorder
         try:
             with rec:
-                if self.policy != "profile":  # profiling measures; its gaps are not predictions
+                if self.policy in ("emulate", "cpu"):  # profiling measures; its gaps are not predictions
                     self.calibrate_host_gap()
                 try:
                     self._run_program()

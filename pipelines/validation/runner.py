@@ -213,7 +213,8 @@ def _summary_or_none(out: Path) -> dict | None:
 
 # ----------------------------------------------------------------------------- CPU: measured here
 def measured_iteration_s(out: Path) -> float:
-    """Iteration time of a `maya profile` run: the summary's measured iterations when present, else
+    """Iteration time of a `maya profile` run: the summary's measured iterations when present (per rank,
+    wall time between optimizer steps), else
     the trace's (host gaps + measured op durations, which on the synchronous CPU device add up to the
     wall time), slowest rank, median over steady-state iterations."""
     summary = read_summary(out)
@@ -245,7 +246,11 @@ def cpu_trace_dir(case, runs_dir: Path) -> Path:
 
 def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float = 900,
                      fresh: bool = False) -> RunResult:
-    """Step 1 of a CPU case: run it for real (`maya profile`) and emulate it on the `cpu` target.
+    """Step 1 of a CPU case: run it for real (`maya profile --timing-only`) and emulate it on the `cpu` target.
+
+    The measurement records nothing but iteration boundaries: a full `maya profile` records and
+    times every op, which costs more than a small model's own host time and would inflate the
+    "measured" side.
 
     Between this and `predict_cpu_case` the validation calibrates the CPU predictors on the shapes
     the emulated traces contain (trace-driven calibration, `pipelines.calibrate --traces`).
@@ -259,8 +264,8 @@ def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float
     res, t0 = RunResult(out=str(out)), time.perf_counter()
     program = [str(REPO_ROOT / case.program), *case.args, "--steps", str(iterations + 1)]
     nproc = ["--nproc-per-node", str(case.world_size)]
-    rc = _run([*MAYA, "profile", *nproc, "--iterations", str(iterations), "--out", str(folder / "profile"),
-               *program], log, timeout_s)
+    rc = _run([*MAYA, "profile", "--timing-only", *nproc, "--iterations", str(iterations),
+               "--out", str(folder / "profile"), *program], log, timeout_s)
     try:
         res.measured_s = measured_iteration_s(folder / "profile")
     except (FileNotFoundError, ValueError, KeyError) as e:

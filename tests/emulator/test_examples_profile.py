@@ -47,3 +47,14 @@ def pa_strings(values):
     import pyarrow as pa
 
     return pa.array(values, type=pa.string())
+
+
+def test_timing_only_profile_measures_each_iteration_of_every_rank_and_records_nothing(tmp_path):
+    out = tmp_path / "out"
+    s = run_profile(script=str(EXAMPLES / "ddp.py"), module=None, argv=["--steps", "3"], nproc_per_node=2, out=out,
+                    timing_only=True)
+    assert s["ok"] and s["iterations_found"] == 3, s.get("error")
+    per_rank = s["measured_iterations_s"]
+    assert sorted(per_rank) == ["0", "1"]
+    assert all(len(v) == 3 and min(v) > 0 for v in per_rank.values())
+    assert read_rank_trace(out, 0).num_rows == 0  # nothing recorded: the program ran at its own speed

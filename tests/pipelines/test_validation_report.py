@@ -129,3 +129,10 @@ def test_device_time_diagnostic_is_scored_separately():
     summary = report.table_summary([row], report.GPU_TARGET)
     assert summary["maya device time (diagnostic)"]["mape"] == pytest.approx(0.1)
     assert summary["target"]["met"] is False  # the target is judged on maya's prediction, not the diagnostic
+
+
+def test_measured_iteration_time_from_a_timing_only_profile(tmp_path):
+    # per rank wall time of each iteration; the slowest rank sets each iteration, the first one is warm-up
+    write_summary(tmp_path, {"gpu": "cpu", "world_size": 2, "iterations_found": 3,
+                             "measured_iterations_s": {"0": [1.0, 0.2, 0.3], "1": [1.1, 0.25, 0.2]}})
+    assert measured_iteration_s(tmp_path) == pytest.approx((0.25 + 0.3) / 2)
