@@ -4,7 +4,10 @@ Why: an emulated rank runs alone. torch ships a "fake" backend (FakeProcessGroup
 whose collectives complete immediately without talking to anyone, and every ProcessGroup call
 still goes through the dispatcher, where the recorder sees it. So `init_process_group("nccl")`
 (or gloo, or none) is redirected to `fake` with this worker's rank and world size, and
-`is_nccl_available()` says True so scripts take their GPU path.
+`is_nccl_available()` says True so scripts take their GPU path. `dist.get_backend()` answers with
+the backend the program asked for ("nccl" when it named none), as on the GPU cluster: library
+code that branches on a fake group (torch 2.14's pipelining refuses metadata inference across
+ranks of a "fake" group; DeviceMesh skips device setup) takes the path the real job takes.
 
 DDP needs three patches on top (each is a place where DDP reads real data or CUDA timers):
   1. `_verify_param_shape_across_processes` reads parameter data -> skipped;
@@ -100,6 +103,7 @@ def install(rank: int, world_size: int, recorder=None, real: bool = False) -> No
             return original(backend=be, timeout=timeout, rank=rank, world_size=world_size, **kwargs)
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
+        _reported_backend[0] = _visible_backend(backend)
         # backend-specific options (NCCL pg_options, ...) mean nothing to the fake group: not passed
         return original(backend="fake", store=FakeStore(), rank=rank, world_size=world_size,
                          **({"timeout": timeout} if timeout is not None else {}))
@@ -107,9 +111,36 @@ def install(rank: int, world_size: int, recorder=None, real: bool = False) -> No
     c10d.init_process_group = init_process_group
     dist.init_process_group = init_process_group
     if not real:
+        _patch_get_backend()
         _patch_ddp()
     if recorder is not None:
         _patch_work_wait(recorder)
+
+
+_reported_backend = ["nccl"]
+
+
+def _visible_backend(requested) -> str:
+    """What `get_backend()` says on the real cluster for `init_process_group(requested)`."""
+    if requested is None:
+        return "nccl"
+    name = str(requested).lower()
+    return "nccl" if "nccl" in name or name == "fake" else name
+
+
+def _patch_get_backend() -> None:
+    original = c10d.get_backend
+    if getattr(original, "_maya", False):
+        return
+
+    @functools.wraps(original)
+    def get_backend(group=None):
+        name = original(group)
+        return _reported_backend[0] if str(name) == "fake" else name
+
+    get_backend._maya = True
+    c10d.get_backend = get_backend
+    dist.get_backend = get_backend
 
 
 def _patch_work_wait(recorder) -> None:

@@ -23,6 +23,7 @@ def ddp(tmp_path_factory):
 def test_init_process_group_nccl_becomes_the_recording_group(ddp):
     assert ddp.rc == 0, ddp.summary["error"]
     assert ddp.summary["groups"] == [{"name": "0", "ranks": [0, 1], "member": True}]
+    assert ddp.printed()["backend"] == "nccl"  # what the script sees on the GPU cluster, not "fake"
 
 
 def test_ddp_all_reduce_bytes_per_iteration_equal_gradient_bytes(ddp):

@@ -18,6 +18,7 @@ device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
 if use_cuda:
     torch.cuda.set_device(device)
 dist.init_process_group("nccl" if use_cuda else "gloo")
+print(f"backend={dist.get_backend()}")
 
 
 def mlp(d=64):
