@@ -136,51 +136,57 @@ class Session:
             return EXIT_OK
         return EXIT_OOM if self.died_of_oom else EXIT_FAILED
 
-    def calibrate_host_gap(self, calls: int = 300) -> dict:
+    def calibrate_host_gap(self, calls: int = 400) -> dict:
         """Measure the emulator's own per-call cost that the recorder cannot see, and subtract it from gaps.
 
         Loops of tiny device ops with no program work between calls record, as host gaps, what
-        reaching the recorder costs on this machine. Three prices:
-        - `crossing`: one entry into the recording mode (torch's C++ -> Python crossing and back),
-          paid by unrecorded calls too (views, device queries): a loop with three views per op
-          against one without;
+        reaching the recorder costs on this machine. Four prices, each loop measured with the
+        prices found before it already subtracted:
+        - `device_query`: C++ asking a fake tensor for its device (a crossing into Python that a
+          real tensor answers in C++): `get_device()` four times per op against none;
+        - `crossing`: one more entry into the recording mode (torch's C++ -> Python crossing and
+          back), paid by unrecorded calls too (views, detach): three views per op against none;
         - `forward`: the rest of a recorded call on the program's thread with autograd on
           (fake-tensor handling, building the graph);
         - `backward`: the same on autograd's backward thread (the engine handing each node to the
-          fake device), several times the forward cost.
+          fake device).
         A real GPU host pays a launch cost instead, which the simulator adds per call. The loops'
         rows and allocations are discarded.
         """
         rec = self.recorder
-        cols = rec.rows.cols
-        device = "cuda" if self.policy == "emulate" else "cpu"
-        x = torch.empty(256, device=device)
-        for _ in range(calls):
-            torch.add(x, x)
-        plain = _steady_median(cols["host_gap_s"], calls)
-        n = len(cols["host_gap_s"])
-        for _ in range(calls):
-            torch.add(x.view(-1).view(16, 16).view(256), x)
-        viewed = _steady_median(cols["host_gap_s"][n:], calls)
+        gaps = rec.rows.cols["host_gap_s"]
+        x = torch.empty(256, device="cuda" if self.policy == "emulate" else "cpu")
+
+        def loop(body) -> float:
+            start = len(gaps)
+            for _ in range(calls):
+                body()
+            return _steady_median(gaps[start:], calls)
+
+        if self.policy == "emulate":  # CPU tensors answer device queries in C++
+            plain = loop(lambda: torch.add(x, x))
+            queried = loop(lambda: (x.get_device(), x.get_device(), x.get_device(), x.get_device(),
+                                    torch.add(x, x)))
+            rec.device_query_cost = max(queried - plain, 0.0) / 4
+        plain = loop(lambda: torch.add(x, x))
+        viewed = loop(lambda: torch.add(x.view(-1).view(16, 16).view(256), x))
         rec.crossing_cost = max(viewed - plain, 0.0) / 3
-        n = len(cols["host_gap_s"])
-        w = torch.empty(256, device=device, requires_grad=True)
-        y = w
-        for _ in range(calls):
-            y = y * 1.5
-        forward = _steady_median(cols["host_gap_s"][n:], calls)
-        n = len(cols["host_gap_s"])
-        y.sum().backward()
-        backward = [g for g, ph, op in zip(cols["host_gap_s"][n:], cols["phase"][n:], cols["op"][n:], strict=True)
+        w = torch.empty(256, device=x.device, requires_grad=True)
+        chain = [w]
+        forward = loop(lambda: chain.append(chain[-1] * 1.5))
+        cols = rec.rows.cols
+        start = len(gaps)
+        chain[-1].sum().backward()
+        backward = [g for g, ph, op in zip(gaps[start:], cols["phase"][start:], cols["op"][start:], strict=True)
                     if ph == "backward" and op == "aten::mul"]
-        del x, w, y
+        chain.clear()
         rec.gap_baseline = forward
         rec.gap_baseline_backward = _steady_median(backward, calls)
         rec.rows = TraceRows(rec.rows.rank)
         if rec.memory is not None:
             rec.memory.allocator.reset_peak()
-        self.host_gap_baseline_s = {"crossing": rec.crossing_cost, "forward": rec.gap_baseline,
-                                    "backward": rec.gap_baseline_backward}
+        self.host_gap_baseline_s = {"device_query": rec.device_query_cost, "crossing": rec.crossing_cost,
+                                    "forward": rec.gap_baseline, "backward": rec.gap_baseline_backward}
         return self.host_gap_baseline_s
 
     def _oom(self) -> bool:

@@ -194,4 +194,4 @@ def test_host_gaps_are_the_programs_time_not_the_emulators(tmp_path):
     steady = emu.trace[emu.trace.iteration.between(1, 4)]
     per_step = steady.groupby("iteration").host_gap_s.sum().median()
     assert emu.summary["host_gap_baseline_s"]["crossing"] > 0
-    assert per_step < 2 * real_step, (per_step, real_step)
+    assert per_step < 2.5 * real_step, (per_step, real_step)
