@@ -173,12 +173,23 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing of every block")
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--forward-backward-only", action="store_true",
+                   help="no optimizer step: time forward + backward only (how NeuSight measured single GPUs)")
     p.add_argument("--lr", type=float, default=1e-4)
     a = p.parse_args(argv)
     a.ffn = a.ffn or 4 * a.hidden
     multiple = a.pad_vocab_to * a.tp
     a.vocab = -(-a.vocab // multiple) * multiple
     return a
+
+
+def end_of_iteration() -> None:
+    """An iteration without an optimizer step: tell maya where it ends (nothing happens in a plain run)."""
+    try:
+        from emulator import mark_iteration
+    except ImportError:
+        return
+    mark_iteration()
 
 
 def main(argv=None):
@@ -258,8 +269,11 @@ def main(argv=None):
         if groups["emb"] is not None and (first or last):  # tied embedding: first and last stage agree
             wte = (model.module if isinstance(model, DistributedDataParallel) else model).wte.weight
             dist.all_reduce(wte.grad, group=groups["emb"])
-        scaler.step(optimizer)
-        scaler.update()
+        if a.forward_backward_only:
+            end_of_iteration()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
         if device.type == "cuda":
             torch.cuda.synchronize()
         if last and coord["tp"] == 0 and coord["dp"] == 0:

@@ -155,7 +155,8 @@ def load_neusight(shared: Path | None = None) -> list[Case]:
             cases.append(Case(
                 name=f"neusight-{gpu}-{path.stem}", source="neusight", gpu=gpu, world_size=n, nproc_per_node=n,
                 nnodes=1, measured_s=float(data["e2e_latency"]) / 1e3,
-                args=_program_args(model, par, "fp32", False, "eager", 1), model=model, parallel=par,
+                args=_program_args(model, par, "fp32", False, "eager", 1)
+                + (["--forward-backward-only"] if kind == "single" else []), model=model, parallel=par,
                 dtype="fp32", checkpoint=False, note=note))
     return cases
 

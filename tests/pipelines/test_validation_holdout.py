@@ -69,6 +69,8 @@ def test_neusight_file_names_decode_to_parallel_layouts(tmp_path, monkeypatch):
     single = cases["1024-1"]
     assert single.world_size == 1 and single.dtype == "fp32" and "--checkpoint" not in single.args
     assert single.args[single.args.index("--attention") + 1] == "eager"
+    # NeuSight timed single GPUs without the optimizer step; the program reproduces exactly that
+    assert "--forward-backward-only" in single.args and "--forward-backward-only" not in dp.args
 
 
 def test_selection_is_deterministic_bounded_and_one_row_per_layout(tmp_path, monkeypatch):
