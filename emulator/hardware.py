@@ -166,6 +166,11 @@ register(GPUSpec(
 ))
 
 
+# Threads of one CPU rank: maya (like torchrun) runs each rank with OMP_NUM_THREADS=1, so the `cpu`
+# target's kernels are measured, and predicted, on one thread.
+CPU_RANK_THREADS = 1
+
+
 def cpu_model_name() -> str:
     """The processor's marketing name (/proc/cpuinfo on Linux, else what platform knows)."""
     try:

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from emulator.dedup import deduplicate, exchange_units, work_hash
+from emulator.hardware import CPU_RANK_THREADS
 from emulator.trace.io import rank_summary_path, rank_trace_path, read_json, write_summary
 
 EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
@@ -96,7 +97,7 @@ def worker_env(master_port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                         "TORCHELASTIC_RUN_ID")}
-    env.setdefault("OMP_NUM_THREADS", "1")  # one core per rank; ranks run side by side
+    env.setdefault("OMP_NUM_THREADS", str(CPU_RANK_THREADS))  # one core per rank; ranks run side by side
     env["MASTER_ADDR"] = "127.0.0.1"
     env["MASTER_PORT"] = str(master_port)
     env["TORCHELASTIC_RUN_ID"] = f"maya-{os.getpid()}-{master_port}"

@@ -60,7 +60,7 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     est = tm = result = None
     if hang is None:
         est = estimate(job, cl.spec, kernels, collectives, cl.gpus_per_node)
-        result = simulate(job, est.durations, cl.launch_overhead_s, cl.host_gap_scale)
+        result = simulate(job, est.durations, cl.launch_overhead_s, cl.host_gap_scale, synchronous=cl.spec.is_cpu)
         hang = result.hang
         if hang is None:
             tm = timing(result, cl.launch_overhead_s, host_gap_scale=cl.host_gap_scale)

@@ -27,7 +27,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from emulator.hardware import UnknownGPUError, get_gpu
+from emulator.hardware import CPU_RANK_THREADS, UnknownGPUError, get_gpu
 from maya_models.collectives import COLLECTIVE_KINDS, CollectivePredictor
 from maya_models.features import collective_columns, featurize
 from maya_models.kernels import KERNEL_KINDS, MAX_LOG_RATIO, NUM_ROUNDS, FamilyModel, KernelPredictor, log_ratio
@@ -46,7 +46,8 @@ class InsufficientDataError(ValueError):
 # -- data ----------------------------------------------------------------------------------------
 
 def training_rows(root=None, data: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Usable measurements: status ok, positive finite time, no clock drop, a GPU maya knows;
+    """Usable measurements: status ok, positive finite time, no clock drop, a GPU maya knows, CPU rows
+    measured on the threads one rank runs with;
     repeated measurements of one signature on one GPU collapse to their median."""
     from maya_models.warehouse import read_measurements
 
@@ -56,6 +57,9 @@ def training_rows(root=None, data: pd.DataFrame | None = None) -> pd.DataFrame:
     keep = np.isfinite(dur) & (dur > 0)
     if "clock_drop" in df.columns:
         keep &= df["clock_drop"].fillna(False).astype(bool).eq(False)
+    if "threads" in df.columns:  # CPU timings depend on threads: keep those of one rank (CPU_RANK_THREADS)
+        threads = pd.to_numeric(df["threads"], errors="coerce")
+        keep &= threads.isna() | threads.eq(CPU_RANK_THREADS)
     df = df[keep].copy()
     df["duration_s"] = dur[keep]
     known = {}

@@ -41,7 +41,7 @@ class KernelBenchConfig(dg.Config):
     chunk_size: int = 12
     repeats: int = 15
     max_seconds_per_signature: float = 1.0
-    threads: int = 0  # CPU threads (0 = torch's default)
+    threads: int = 0  # CPU threads (0 = one, as each rank of a job runs)
     run_id: str = ""  # empty: resume the unfinished calibration of this GPU, else a new id
 
 

@@ -3,7 +3,8 @@
 Model (per rank):
 - The **host** walks the trace in host order. Before each device call it spends the recorded
   `host_gap_s`, plus `launch_overhead_s` for calls that launch device work. It only blocks where
-  a real host blocks: `stream_sync`, `device_sync`, and a synchronous device-to-host copy.
+  a real host blocks: `stream_sync`, `device_sync`, and a synchronous device-to-host copy; on a
+  CPU target (`synchronous`) also on every op and blocking collective, which run on its own time.
 - Each **stream** is a FIFO: an op starts at max(its launch time, the end of the stream's
   previous op) and runs for its estimated duration. `event_record` stamps the time the stream's
   prior work ends; `event_wait` holds the waiting stream until that stamp (CUDA semantics: a
@@ -108,14 +109,16 @@ class SimResult:
 
 class Simulator:
     def __init__(self, job: Job, durations: list[np.ndarray], launch_overhead_s: float = 4e-6,
-                 host_gap_scale: float = 1.0, only: list[int] | None = None):
+                 host_gap_scale: float = 1.0, only: list[int] | None = None, synchronous: bool = False):
         """`only`: simulate these ranks (class representatives, see `classes.quotient`); a collective then
-        expects one arrival per simulated member."""
+        expects one arrival per simulated member. `synchronous`: the device runs each op on the host's
+        own time, as a CPU does (the host waits for every kernel and every blocking collective)."""
         if len(durations) != len(job.ranks):
             raise ValueError(f"{len(durations)} duration arrays for {len(job.ranks)} ranks")
         self.job = job
         self.launch = launch_overhead_s
         self.host_scale = host_gap_scale
+        self.synchronous = synchronous
         chosen = range(len(job.ranks)) if only is None else only
         self.present = None if only is None else set(only)
         self.ranks = [_RankState(job.ranks[r], durations[r]) for r in chosen]
@@ -261,7 +264,7 @@ class Simulator:
                     continue
                 rs.host_t += self.launch
                 self._push(rs, sk, (_K, pos, rs.host_t))
-                if rep.sync_copy[pos]:
+                if rep.sync_copy[pos] or self.synchronous:
                     tok = rs.new_token()
                     self._push(rs, sk, (_R, tok))
                     if self._block_host(rs, [tok]):
@@ -271,6 +274,11 @@ class Simulator:
             if k in COMM_KINDS:
                 rs.host_t += self.launch
                 self._issue_comm(rs, view, pos, sk, world)
+                if self.synchronous and not rep.async_op[pos]:
+                    tok = rs.new_token()
+                    self._push(rs, sk, (_R, tok))
+                    if self._block_host(rs, [tok]):
+                        return
             elif k == "event_record":
                 tok = rs.new_token()
                 rs.event_tok[rep.event_id[pos]] = tok
@@ -379,7 +387,7 @@ class Simulator:
 
 
 def simulate(job: Job, durations: list[np.ndarray], launch_overhead_s: float = 4e-6,
-             host_gap_scale: float = 1.0, classes: bool | None = None) -> SimResult:
+             host_gap_scale: float = 1.0, classes: bool | None = None, synchronous: bool = False) -> SimResult:
     """Run the discrete-event simulation of `job` with per-rank, per-row durations (seconds).
 
     `classes`: simulate each class of provably identical ranks once (`simulate.classes`); default on
@@ -390,10 +398,10 @@ def simulate(job: Job, durations: list[np.ndarray], launch_overhead_s: float = 4
     use = classes if classes is not None else job.world_size > 64
     q = quotient(job, durations) if use else None
     if q is None:
-        return Simulator(job, durations, launch_overhead_s, host_gap_scale).run()
+        return Simulator(job, durations, launch_overhead_s, host_gap_scale, synchronous=synchronous).run()
     reps, cls = q
     t0 = time.perf_counter()
-    res = Simulator(job, durations, launch_overhead_s, host_gap_scale, only=reps).run()
+    res = Simulator(job, durations, launch_overhead_s, host_gap_scale, only=reps, synchronous=synchronous).run()
     by_rep = {r: k for k, r in enumerate(reps)}
     idx = [by_rep[reps[c]] for c in cls]
     return SimResult(job=job, start=[res.start[k] for k in idx], end=[res.end[k] for k in idx],

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from emulator.hardware import CPU_RANK_THREADS
 from pipelines.runners import common
 from pipelines.runners.harvest import from_json, harvest, to_json
 from pipelines.runners.replay import ReplayError, Signature, bind, describe_error, run_once
@@ -97,9 +98,13 @@ def run(gpu: str, *, run_id: str, root: Path, budget_s: float, traces: list[str]
     from maya_models.warehouse import completed_chunks, write_measurements
 
     t0 = time.monotonic()
-    if threads:
-        torch.set_num_threads(threads)
     info = info or local_device(gpu)
+    if info.device.type == "cpu":
+        # the `cpu` target is one rank of a job: maya and torchrun run every rank with OMP_NUM_THREADS=1,
+        # so CPU kernels are measured on one thread unless asked otherwise
+        torch.set_num_threads(threads or CPU_RANK_THREADS)
+    elif threads:
+        torch.set_num_threads(threads)
     rdir = common.run_dir(root, gpu, run_id)
     chunks, resumed = common.load_or_write_plan(
         rdir / f"{SUITE}.plan.json", lambda: make_plan(info.device, list(traces), chunk_size, sweep))
@@ -154,7 +159,8 @@ def main(argv=None) -> int:
     p.add_argument("--chunk-size", type=int, default=12)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--max-seconds-per-signature", type=float, default=1.0)
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"CPU threads (torch.set_num_threads; default on CPU: {CPU_RANK_THREADS}, one rank's)")
     p.add_argument("--poison", nargs="*", default=[], help="signature keys to record as failed without running")
     p.add_argument("--max-chunks", type=int, default=None)
     p.add_argument("--summary", default=None, help="write the run summary JSON here")

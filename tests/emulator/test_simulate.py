@@ -184,3 +184,18 @@ def test_simulating_classes_of_identical_ranks_gives_every_rank_exact_times():
     reps, _ = quotient(job, durations)
     assert len(reps) == 2  # one per pipeline stage
     assert timing(simulate(job, slow)).iteration_time_s > timing(simulate(job, durations)).iteration_time_s
+
+
+def test_on_a_cpu_target_host_work_and_kernels_add_up_instead_of_overlapping():
+    b = TraceBuilder(0, host_gap_s=1e-3)  # 1 ms of Python before each op
+    for _ in range(4):
+        b.mm(512, 512, 512, dtype="float32")
+    job = collate_tables({0: b.table()}, _summary(1))
+    k, c = load_predictors(get_gpu("cpu"), roofline_only=True)
+    est = estimate(job, get_gpu("cpu"), k, c)
+    kernel = float(est.durations[0][0])
+    gpu_like = simulate(job, est.durations)
+    cpu = simulate(job, est.durations, launch_overhead_s=0.0, synchronous=True)
+    # a GPU host runs ahead and kernels queue behind each other; a CPU runs each op itself, in turn
+    assert gpu_like.end[0][-1] == pytest.approx(max(4e-3 + 4 * 4e-6, 1e-3 + 4e-6 + 3 * kernel) + kernel, rel=1e-6)
+    assert cpu.end[0][-1] == pytest.approx(4 * (1e-3 + kernel), rel=1e-6)

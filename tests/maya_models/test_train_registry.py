@@ -127,3 +127,13 @@ def test_tiny_partition_refused_and_unseen_gpu_goes_cross_gpu(store, data):
     meta = train_kernel_predictor("h200", data=data, register=False, num_rounds=5)
     assert meta["mode"] == "cross-gpu" and "no kernel measurements for h200" in meta["why"]
     assert meta["metrics"]["gemm"]["trained_on"] == "cross-gpu: a100-80gb, h100"
+
+
+def test_cpu_rows_measured_on_other_thread_counts_are_not_trained_on():
+    from maya_models.train import training_rows
+
+    rows = pd.DataFrame({"gpu": ["cpu", "cpu", "h100"], "signature": ["a", "b", "c"], "status": "ok",
+                         "duration_s": [1e-3, 2e-3, 3e-4], "threads": [1, 2, None]})
+    kept = training_rows(data=rows)
+    # a 2-thread CPU timing would teach the model kernels twice as fast as a rank (one thread) runs them
+    assert sorted(kept.signature) == ["a", "c"]
