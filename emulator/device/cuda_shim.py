@@ -309,15 +309,24 @@ def initial_seed() -> int:
 def get_rng_state(device="cuda") -> torch.Tensor:
     """A CPU byte tensor, like CUDA's. While the recorder runs it is a *fake* CPU tensor: a real one
     (or one carrying a constant) moved `.to("cuda")`, as DTensor's RNG tracker does, would make the
-    fake mode constant-fold the copy on the real CUDA runtime of a CUDA build."""
+    fake mode constant-fold the copy on the real CUDA runtime of a CUDA build.
+
+    One state per fake mode, made once: making it costs ~300 us of fake-mode plumbing, and activation
+    checkpointing asks for it around every block (a real GPU answers in microseconds; the state is
+    never read, `set_rng_state` ignores it)."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     from emulator.capture import state as capture_state
 
     fake_mode = getattr(capture_state._recorder, "fake_mode", None)
+    cached = _state.get("rng_state")
+    if cached is not None and cached[0] is fake_mode:
+        return cached[1]
     with _disable_current_modes():
         rng = torch.zeros(16, dtype=torch.uint8)
-        return fake_mode.from_tensor(rng, static_shapes=True) if fake_mode is not None else rng
+        rng = fake_mode.from_tensor(rng, static_shapes=True) if fake_mode is not None else rng
+    _state["rng_state"] = (fake_mode, rng)
+    return rng
 
 
 def set_rng_state(new_state, device="cuda") -> None:
