@@ -123,6 +123,7 @@ class Recorder(TorchDispatchMode):
         # by Session.calibrate_host_gap
         self.crossings = 0
         self.crossing_cost = 0.0
+        self._emulator_code_since = None  # see emulator_code_until_next_event
         self.device_queries = 0
         self.device_query_cost = 0.0
         self.probing = 0  # > 0 inside library code that runs ops only to learn output metadata
@@ -376,8 +377,16 @@ class Recorder(TorchDispatchMode):
         raise RuntimeError(f"maya: {op} has no fake/meta implementation and its output shape cannot be "
                            f"guessed; the emulator cannot continue past it ({err})") from err
 
+    def emulator_code_until_next_event(self) -> None:
+        """The host time from now to the next recorded event is the emulator's, not the program's
+        (Python that stands in for C++ a real run would execute, e.g. DDP's all-reduce hook)."""
+        self._emulator_code_since = _clock()
+
     def _gap(self, t_enter: float) -> float:
         """Host CPU time since the last event, less the emulator's own unrecorded work in between."""
+        if self._emulator_code_since is not None:
+            self._overhead += max(t_enter - self._emulator_code_since, 0.0)
+            self._emulator_code_since = None
         own = self._overhead + self.tracker.overhead_s
         self._overhead = self.tracker.overhead_s = 0.0
         if self.memory is not None:

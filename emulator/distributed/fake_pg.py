@@ -179,10 +179,17 @@ class _QuietLogger:
 
 
 def _allreduce_hook(process_group, bucket):
-    """DDP patch 2: what the reducer's built-in hook does (average then all-reduce), as Python."""
+    """DDP patch 2: what the reducer's built-in hook does (average then all-reduce), as Python.
+
+    The reducer does this in C++; the Python of `dist.all_reduce` between the two ops is the
+    emulator's, so it is not charged to the program's host time."""
+    from emulator.capture import state
+
     pg = process_group or c10d._get_default_group()
     buf = bucket.buffer()
     buf.div_(pg.size())
+    if state._recorder is not None:
+        state._recorder.emulator_code_until_next_event()
     dist.all_reduce(buf, group=pg)
     fut = torch.futures.Future()
     fut.set_result(buf)
