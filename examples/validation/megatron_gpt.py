@@ -54,6 +54,8 @@ class Attention(nn.Module):
         self.proj = RowParallelLinear(a.hidden, a.hidden, tp_group, std=0.02 / math.sqrt(2 * a.layers))
         self.dropout = a.dropout
         self.eager = a.attention == "eager"
+        # Megatron's FusedScaleMaskSoftmax: one fp16/bf16 kernel (scale, mask, softmax), not fp32 passes
+        self.half_softmax = a.dtype in ("fp16", "bf16")
         if self.eager:
             self.register_buffer("causal", torch.ones(a.seq, a.seq, dtype=torch.bool).tril(), persistent=False)
 
@@ -61,7 +63,13 @@ class Attention(nn.Module):
         b, s, _ = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         drop = self.dropout if self.training else 0.0
-        if self.eager:  # what GPT-2 implementations did before fused attention: matmul, mask, softmax, matmul
+        if self.eager and self.half_softmax:  # Megatron with fp16/bf16: scores stay in half precision
+            att = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(-2, -1)
+            att = att.masked_fill(~self.causal[:s, :s], float("-inf"))
+            with torch.autocast(x.device.type, enabled=False):  # autocast would run softmax in fp32
+                att = att.softmax(dim=-1)
+            y = F.dropout(att, drop, self.training) @ v
+        elif self.eager:  # what GPT-2 implementations did before fused attention: matmul, mask, softmax, matmul
             att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             att = att.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(dim=-1)
             y = F.dropout(att, drop, self.training) @ v
