@@ -145,7 +145,8 @@ class RankRunner:
             return {}
         self._run(ranks)
         # an OOM rank's trace (up to the failed allocation) still tells its role apart
-        return {r: self.runs[r].summary if self.runs[r].returncode in (EXIT_OK, EXIT_OOM) else None for r in ranks}
+        return {r: self.runs[r].summary if self.runs[r].returncode in (EXIT_OK, EXIT_OOM) else None
+                for r in ranks if r in self.runs}  # after a failure, later ranks never start
 
     def exchange_group(self) -> str | None:
         """The process group named by a rank that gave up waiting for a peer's Python object, if any."""
@@ -400,7 +401,19 @@ def _launch(job: Job, dedup: bool, jobs: int | None, verify: int, worker, consol
             rank_map = result.rank_map
             dedup_info = result.to_json()
     else:
+        staggered = not job.profile and runner.jobs < world and "MAYA_EXCHANGE_TIMEOUT_S" not in os.environ
+        if staggered:
+            runner.env["MAYA_EXCHANGE_TIMEOUT_S"] = str(PROBE_EXCHANGE_TIMEOUT_S)
         runner(list(range(world)))
+        if staggered and runner.exchange_group() is not None:
+            # ranks wait for each other's Python objects (pipelining's start-up vote): run them side by side
+            console.print(f"[yellow]ranks exchange Python objects over group {runner.exchange_group()}: "
+                          f"running all {world} ranks side by side[/yellow]")
+            runner.runs.clear()
+            runner.stop = False
+            runner.all_at_once = True
+            runner.env.pop("MAYA_EXCHANGE_TIMEOUT_S", None)
+            runner(list(range(world)))
         rank_map = {r: r for r in range(world)}
     summary = merge(job, runner.runs, rank_map, time.perf_counter() - t0, mode, dedup_info)
     write_summary(job.out, summary)

@@ -69,6 +69,9 @@ class Session:
             from emulator.distributed import objects
 
             objects.install(ns.out, ns.rank)
+            from emulator.distributed import pipelining
+
+            pipelining.install()
         self._install_compile_fallback()
         if self.policy == "emulate":
             _install_metadata_probe_guard(rec)

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from tests.emulator.programs.harness import run_ranks, run_worker
+from emulator.trace.io import read_rank_trace
+from tests.emulator.programs.harness import ROOT, run_ranks, run_worker
 
 D = 64  # dist_train.py's MLP: Linear(D, 4D) -> GELU -> Linear(4D, D)
 LAYERS = [(4 * D, D), (D, 4 * D)]  # (out, in) of each Linear
@@ -124,3 +125,20 @@ def test_pipeline_send_recv_with_correct_peers(tmp_path):
     p2p, waits = t[t.kind == "p2p"], t[(t.kind == "event_wait") & (t.op == "c10d::wait")]
     assert sorted(zip(p2p.op, p2p.coll_seq, strict=True)) == sorted(
         (json.loads(a)["waits_for"], s) for a, s in zip(waits.args, waits.coll_seq, strict=True))
+
+
+def test_ddp_inside_pipeline_stages_with_several_micro_batches(tmp_path):
+    """PP=2 x DP=2, two micro-batches: the stages' start-up vote must come out as on the GPUs (static
+    metadata given -> STATIC); a placeholder vote ran an extra forward that broke DDP's reducer."""
+    from emulator.launcher import run_emulation
+
+    program = ROOT / "examples" / "validation" / "megatron_gpt.py"
+    s = run_emulation(script=str(program), module=None, gpu="a100-80gb", nproc_per_node=4, nnodes=1, iterations=2,
+                      out=tmp_path, dedup=False,
+                      argv=["--layers", "2", "--hidden", "64", "--heads", "2", "--seq", "32", "--vocab", "128",
+                            "--pp", "2", "--micro-batch", "1", "--global-batch", "4", "--steps", "3"])
+    assert s["ok"] and s["complete"], s.get("error")
+    t = read_rank_trace(tmp_path, 0).to_pandas()
+    steady = t[t.iteration == 0]
+    assert (steady.op == "c10d::allreduce_").any()  # DDP's gradient all-reduce over the data-parallel pair
+    assert set(steady[steady.kind == "p2p"].op) >= {"c10d::send", "c10d::recv_"}
