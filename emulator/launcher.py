@@ -148,6 +148,15 @@ class RankRunner:
         return {r: self.runs[r].summary if self.runs[r].returncode in (EXIT_OK, EXIT_OOM) else None
                 for r in ranks if r in self.runs}  # after a failure, later ranks never start
 
+    def restart_side_by_side(self, probe_timeout_set: bool) -> None:
+        """Forget the runs so far; from now on the ranks asked for start together (they wait for each
+        other's Python objects), with the user's exchange timeout again if the probe one was set."""
+        self.runs.clear()
+        self.stop = False
+        self.all_at_once = True
+        if probe_timeout_set:
+            self.env.pop("MAYA_EXCHANGE_TIMEOUT_S", None)
+
     def exchange_group(self) -> str | None:
         """The process group named by a rank that gave up waiting for a peer's Python object, if any."""
         for run in self.runs.values():
@@ -389,11 +398,7 @@ def _launch(job: Job, dedup: bool, jobs: int | None, verify: int, worker, consol
             units = exchange_units(runner.runs[0].summary.get("groups") or [], world, group)
             console.print(f"[yellow]ranks exchange Python objects over group {group}: emulating the ranks "
                           f"of each such group together[/yellow]")
-            runner.runs.clear()
-            runner.stop = False
-            runner.all_at_once = True
-            if not user_timeout:
-                runner.env.pop("MAYA_EXCHANGE_TIMEOUT_S", None)
+            runner.restart_side_by_side(probe_timeout_set=not user_timeout)
             result = deduplicate(world, runner, verify=verify, unit_of=units)
         if result is None:
             rank_map = {r: r for r in runner.runs}
@@ -409,10 +414,7 @@ def _launch(job: Job, dedup: bool, jobs: int | None, verify: int, worker, consol
             # ranks wait for each other's Python objects (pipelining's start-up vote): run them side by side
             console.print(f"[yellow]ranks exchange Python objects over group {runner.exchange_group()}: "
                           f"running all {world} ranks side by side[/yellow]")
-            runner.runs.clear()
-            runner.stop = False
-            runner.all_at_once = True
-            runner.env.pop("MAYA_EXCHANGE_TIMEOUT_S", None)
+            runner.restart_side_by_side(probe_timeout_set=True)
             runner(list(range(world)))
         rank_map = {r: r for r in range(world)}
     summary = merge(job, runner.runs, rank_map, time.perf_counter() - t0, mode, dedup_info)
