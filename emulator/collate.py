@@ -154,11 +154,12 @@ def rep_trace(rank: int, table: pa.Table) -> RepTrace:
     flops = table.column("flops").to_numpy(zero_copy_only=False) if "flops" in table.column_names else np.zeros(n)
     flops = np.nan_to_num(np.asarray(flops, dtype=np.float64))
     col = lambda c, default=None: d.get(c) or [default] * n  # noqa: E731
+    phases = [p or "other" for p in col("phase", "other")]
+    gaps = [float(g) if g is not None and g == g else 0.0 for g in col("host_gap_s", 0.0)]
     rep = RepTrace(
         rank=rank, table=table, kind=kinds, op=ops, stream=[s or 0 for s in col("stream", 0)],
-        host_gap=robust_host_gaps(ops, col("phase", "other"), col("module", ""),
-                                  [float(g) if g is not None and g == g else 0.0 for g in col("host_gap_s", 0.0)]),
-        iteration=[int(i) for i in col("iteration", 0)], phase=[p or "other" for p in col("phase", "other")],
+        host_gap=robust_host_gaps(ops, phases, col("module", ""), gaps),
+        iteration=[int(i) for i in col("iteration", 0)], phase=phases,
         flops=flops, event_id=col("event_id"), coll_seq=col("coll_seq"), coll_bytes=col("coll_bytes"),
         group=col("group"), group_ranks=[tuple(g) if g is not None else None for g in col("group_ranks")],
         peer=col("peer"), async_op=[bool(a.get("async_op", False)) for a in args],

@@ -233,6 +233,12 @@ class Simulator:
         rs.host_wait = toks
         return True
 
+    def _wait_for_stream(self, rs: _RankState, stream) -> bool:
+        """The host waits for everything queued on `stream` so far; True if it must stop for now."""
+        tok = rs.new_token()
+        self._push(rs, stream, (_R, tok))
+        return self._block_host(rs, [tok])
+
     def _run_host(self, rs: _RankState) -> None:
         if rs.done:
             return
@@ -264,21 +270,15 @@ class Simulator:
                     continue
                 rs.host_t += self.launch
                 self._push(rs, sk, (_K, pos, rs.host_t))
-                if rep.sync_copy[pos] or self.synchronous:
-                    tok = rs.new_token()
-                    self._push(rs, sk, (_R, tok))
-                    if self._block_host(rs, [tok]):
-                        return
+                if (rep.sync_copy[pos] or self.synchronous) and self._wait_for_stream(rs, sk):
+                    return
                 continue
             rs.start[pos] = rs.end[pos] = rs.host_t
             if k in COMM_KINDS:
                 rs.host_t += self.launch
                 self._issue_comm(rs, view, pos, sk, world)
-                if self.synchronous and not rep.async_op[pos]:
-                    tok = rs.new_token()
-                    self._push(rs, sk, (_R, tok))
-                    if self._block_host(rs, [tok]):
-                        return
+                if self.synchronous and not rep.async_op[pos] and self._wait_for_stream(rs, sk):
+                    return
             elif k == "event_record":
                 tok = rs.new_token()
                 rs.event_tok[rep.event_id[pos]] = tok
@@ -296,9 +296,7 @@ class Simulator:
                 if tok is not None:
                     self._push(rs, sk, (_W, tok))
             elif k == "stream_sync":
-                tok = rs.new_token()
-                self._push(rs, sk, (_R, tok))
-                if self._block_host(rs, [tok]):
+                if self._wait_for_stream(rs, sk):
                     return
             elif k == "device_sync":
                 toks = []

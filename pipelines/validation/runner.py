@@ -218,12 +218,11 @@ def measured_iteration_s(out: Path) -> float:
     the trace's (host gaps + measured op durations, which on the synchronous CPU device add up to the
     wall time), slowest rank, median over steady-state iterations."""
     summary = read_summary(out)
-    for key in ("iterations_s", "iteration_times_s", "measured_iterations_s"):
-        values = summary.get(key)
-        if isinstance(values, dict):  # {rank: [seconds per iteration]} -> slowest rank per iteration
-            values = [max(v) for v in zip(*values.values(), strict=False)]
-        if values:
-            return statistics.median(steady_iterations_values(list(values)))
+    per_rank = summary.get("measured_iterations_s")  # {rank: [seconds per iteration]}, `--timing-only`
+    if per_rank:
+        slowest = [max(v) for v in zip(*per_rank.values(), strict=False)]  # the slowest rank sets the pace
+        if slowest:
+            return statistics.median(steady_iterations_values(slowest))
     per_iteration: dict[int, float] = {}
     for table in read_traces(out).values():
         df = table.select(["iteration", "host_gap_s", "duration_s"]).to_pandas().fillna(0.0)
