@@ -98,8 +98,9 @@ class Recorder(TorchDispatchMode):
         self.unsupported: Counter[str] = Counter()
         self.placeholders: Counter[str] = Counter()
         self.collectives = CollectiveCounter()
-        # ((group, coll_seq, peer, op), row) of c10d collectives and p2p ops not waited yet
-        self.pending_waits: list[tuple[tuple[str, int, int | None, str], int]] = []
+        # id(Work) -> (Work, (group, coll_seq, peer, op), row, iteration) of c10d collectives and p2p ops not
+        # waited yet; the Work is held so that the id stays its own (see wait_collective)
+        self.open_works: dict[int, tuple] = {}
         # storage of a functional collective's output -> (group, coll_seq, op), for its wait_tensor
         self.tensor_coll: dict[int, tuple[str, int, str]] = {}
         self.tracker = ModuleStack()
@@ -180,6 +181,8 @@ class Recorder(TorchDispatchMode):
         self.steps += 1
         self.iteration += 1
         self.tracker.forget_nodes()
+        # Works the program never waited for (torch's C++ waits for some) are dropped after a whole iteration
+        self.open_works = {k: v for k, v in self.open_works.items() if v[3] >= self.iteration - 1}
         now, cpu = time.perf_counter(), time.process_time()
         self.iteration_wall_s.append(now - self._iter_start[0])
         self.iteration_cpu_s.append(cpu - self._iter_start[1])
@@ -231,22 +234,37 @@ class Recorder(TorchDispatchMode):
             return None, None
         return self.memory.allocated, self.memory.reserved
 
-    def wait_collective(self, op: str = "c10d::wait", internal: bool = False) -> None:
+    def wait_collective(self, work, op: str = "c10d::wait", internal: bool = False) -> None:
         """`Work.wait()` on a c10d collective: the issuing stream waits for it (an event_wait row).
 
-        torch's blocking collectives call `work.wait()` themselves right after issuing (`internal`):
-        that wait belongs to the newest collective. A wait from the program belongs to the oldest
-        collective not waited yet, which was issued with async_op=True (its row is marked so)."""
+        Matched by identity: the recorder keeps the Work each c10d op returned, and pybind hands
+        the program that same Python object, so `work` names its collective exactly (torch's C++
+        waits for some Works, e.g. DDP's start-up broadcasts, so matching by order drifts). torch's
+        blocking collectives call `work.wait()` themselves right after issuing (`internal`); any
+        other wait means the program issued it with async_op=True, and its row is marked so.
+        A Work the recorder never saw (not from a recorded op) records nothing."""
         with self._lock:
-            if not self.pending_waits:
+            entry = self.open_works.pop(id(work), None)
+            if entry is None:
                 return
-            key, row = self.pending_waits.pop(-1 if internal else 0)
+            _, key, row, _ = entry
             if not internal:
                 a = json.loads(self.rows.cols["args"][row])
                 a["async_op"] = True
                 self.rows.cols["args"][row] = json.dumps(a)
             self.sync_event("event_wait", op, self.stream_id(), args={"waits_for": key[3]}, group=key[0],
                             coll_seq=key[1], peer=key[2])
+
+    def _open_work(self, out, key: tuple, row: int) -> None:
+        """Keep the Work a c10d op returned (its output's last ScriptObject) for wait_collective."""
+        boxed = out[-1] if isinstance(out, (tuple, list)) and out else out
+        if not isinstance(boxed, torch.ScriptObject):
+            return
+        try:
+            work = torch.distributed.Work.unbox(boxed)
+        except (RuntimeError, TypeError, AttributeError):
+            return
+        self.open_works[id(work)] = (work, key, row, self.iteration)
 
     # ------------------------------------------------------------------ ops
     def _touches_device(self, flat: list, kwargs: dict) -> bool:
@@ -499,7 +517,7 @@ class Recorder(TorchDispatchMode):
                 coll.update(group=key[0], coll_seq=key[1])
                 jargs["waits_for"] = key[2]
         elif kind in ("collective", "p2p") and op.startswith("c10d::"):
-            self.pending_waits.append(((coll["group"], coll["coll_seq"], coll["peer"], op), len(self.rows)))
+            self._open_work(out, (coll["group"], coll["coll_seq"], coll["peer"], op), len(self.rows))
         if self._unsupported_now:
             jargs["unsupported"] = True
         flops, nbytes = (0.0, 0.0) if kind in ("event_wait",) else \

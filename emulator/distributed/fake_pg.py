@@ -144,8 +144,8 @@ def _patch_get_backend() -> None:
 
 
 def _patch_work_wait(recorder) -> None:
-    """`Work.wait()`: record the completion wait. The Work object the script holds is not the one
-    the dispatcher returned, so waits are matched by order (see Recorder.wait_collective)."""
+    """`Work.wait()`: record the completion wait (matched to its collective by Work identity, see
+    Recorder.wait_collective)."""
     from torch._C import _distributed_c10d as cd
 
     for cls in {dist.Work, getattr(cd, "FakeWork", dist.Work)}:
@@ -155,7 +155,7 @@ def _patch_work_wait(recorder) -> None:
 
         def wait(self, *args, _orig=original, **kwargs):
             caller = sys._getframe(1).f_code.co_filename
-            recorder.wait_collective("c10d::wait", internal=caller.endswith("distributed_c10d.py"))
+            recorder.wait_collective(self, "c10d::wait", internal=caller.endswith("distributed_c10d.py"))
             return _orig(self, *args, **kwargs)
 
         wait._maya = True

@@ -128,17 +128,28 @@ def test_pipeline_send_recv_with_correct_peers(tmp_path):
 
 
 def test_ddp_inside_pipeline_stages_with_several_micro_batches(tmp_path):
-    """PP=2 x DP=2, two micro-batches: the stages' start-up vote must come out as on the GPUs (static
-    metadata given -> STATIC); a placeholder vote ran an extra forward that broke DDP's reducer."""
+    """PP=2 x DP=2, more micro-batches than stages (1F1B's steady phase batches a send with a recv).
+
+    The stages' start-up vote must come out as on the GPUs (static metadata given -> STATIC; a
+    placeholder vote ran an extra forward that broke DDP's reducer), every completion wait must
+    name the p2p op it waits for (DDP's start-up broadcasts are waited in C++, so matching waits by
+    order pinned the schedule's waits on old messages), and the job must simulate without a hang."""
     from emulator.launcher import run_emulation
+    from emulator.predict import predict_from_trace
 
     program = ROOT / "examples" / "validation" / "megatron_gpt.py"
     s = run_emulation(script=str(program), module=None, gpu="a100-80gb", nproc_per_node=4, nnodes=1, iterations=2,
                       out=tmp_path, dedup=False,
                       argv=["--layers", "2", "--hidden", "64", "--heads", "2", "--seq", "32", "--vocab", "128",
-                            "--pp", "2", "--micro-batch", "1", "--global-batch", "4", "--steps", "3"])
+                            "--pp", "2", "--micro-batch", "1", "--global-batch", "8", "--steps", "3"])
     assert s["ok"] and s["complete"], s.get("error")
     t = read_rank_trace(tmp_path, 0).to_pandas()
     steady = t[t.iteration == 0]
     assert (steady.op == "c10d::allreduce_").any()  # DDP's gradient all-reduce over the data-parallel pair
-    assert set(steady[steady.kind == "p2p"].op) >= {"c10d::send", "c10d::recv_"}
+    p2p = steady[steady.kind == "p2p"]
+    assert set(p2p.op) == {"c10d::send", "c10d::recv_"} and len(p2p) == 8  # 4 activations out, 4 gradients in
+    waits = steady[(steady.kind == "event_wait") & steady.args.str.contains('"waits_for": "c10d::(?:send|recv_)"')]
+    assert sorted(zip(p2p.op, p2p.coll_seq, strict=True)) == sorted(
+        (json.loads(a)["waits_for"], s) for a, s in zip(waits.args, waits.coll_seq, strict=True))
+    pred = predict_from_trace(tmp_path, roofline_only=True, timeline=False, write=False)
+    assert pred["hang"] is None and pred["iteration_time_s"] > 0
