@@ -14,7 +14,10 @@ Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP inn
   (Megatron's embedding group);
 - DP: DistributedDataParallel over the data-parallel group (bucketed gradient all-reduce);
 - micro/global batch: global = micro * dp * microbatches (gradient accumulation);
-- activation checkpointing per transformer block; fp32, or fp16/bf16 autocast.
+- activation checkpointing per transformer block; fp32, or fp16/bf16 autocast, or with
+  `--half-params` Megatron's own mixed precision (`--fp16`/`--bf16` there): parameters, activations
+  and gradients in half precision (so DDP and TP move half the bytes), fp32 main weights in the
+  optimizer, gradients unscaled and checked for inf/NaN before the step, the loss in fp32.
 It runs on whatever `torch.cuda.is_available()` says: GPUs with NCCL, else CPU with gloo.
 """
 
@@ -177,6 +180,8 @@ def parse_args(argv=None):
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--global-batch", type=int, default=None, help="default: micro-batch x DP (no accumulation)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    p.add_argument("--half-params", action="store_true",
+                   help="with fp16/bf16: Megatron-style half-precision model with fp32 main weights (no autocast)")
     p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing of every block")
@@ -186,9 +191,29 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-4)
     a = p.parse_args(argv)
     a.ffn = a.ffn or 4 * a.hidden
+    if a.half_params and a.dtype == "fp32":
+        p.error("--half-params needs --dtype fp16 or bf16")
     multiple = a.pad_vocab_to * a.tp
     a.vocab = -(-a.vocab // multiple) * multiple
     return a
+
+
+def main_step(params, main_params, optimizer, loss_scale: float, device) -> None:
+    """Megatron's mixed-precision step: half gradients -> fp32 main gradients, unscale and check for
+    inf/NaN, step on the fp32 main weights, copy them back into the half-precision model."""
+    grads = [p.grad for p in params if p.grad is not None]
+    mains = [m for p, m in zip(params, main_params, strict=True) if p.grad is not None]
+    for m, g in zip(mains, grads, strict=True):
+        m.grad = g.float()
+    found_inf = torch.zeros(1, device=device)
+    torch._amp_foreach_non_finite_check_and_unscale_([m.grad for m in mains], found_inf,
+                                                     torch.full((1,), 1.0 / loss_scale, device=device))
+    if found_inf.item() == 0:  # an overflow skips the step (and would lower the loss scale)
+        optimizer.step()
+    with torch.no_grad():
+        torch._foreach_copy_(params, main_params)
+    for p in params:
+        p.grad = None
 
 
 def end_of_iteration() -> None:
@@ -224,23 +249,34 @@ def main(argv=None):
     first, last = stage == 0, stage == a.pp - 1
     with torch.device(device):  # parameters are created where they live, never on the host first
         model = GPTStage(a, stage_layers(a.layers, a.pp, stage), first, last, groups["tp"], a.tp)
+    half = DTYPES[a.dtype] if a.half_params else None
+    if half is not None:
+        model = model.to(half)
     if dp > 1:
         model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None,
                                         process_group=groups["dp"])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
-    amp = DTYPES[a.dtype] if a.dtype != "fp32" else None
-    scaler = torch.amp.GradScaler(device.type, enabled=a.dtype == "fp16")
+    params = list(model.parameters())
+    main_params = [p.detach().float().requires_grad_() for p in params] if half is not None else params
+    optimizer = torch.optim.AdamW(main_params, lr=a.lr, weight_decay=0.01)
+    amp = DTYPES[a.dtype] if a.dtype != "fp32" and half is None else None
+    scaler = torch.amp.GradScaler(device.type, enabled=a.dtype == "fp16" and half is None)
+    loss_scale = 2.0 ** 16 if half == torch.float16 else 1.0  # Megatron's initial dynamic loss scale
     autocast = (lambda: torch.autocast(device.type, dtype=amp)) if amp else nullcontext
     vocab_start = coord["tp"] * (a.vocab // a.tp)
-    loss_fn = lambda logits, y: scaler.scale(vocab_parallel_cross_entropy(logits, y, vocab_start, groups["tp"]))
+
+    def loss_fn(logits, y):
+        if half is not None:  # Megatron computes the cross entropy of half-precision logits in fp32
+            return vocab_parallel_cross_entropy(logits.float(), y, vocab_start, groups["tp"]) * loss_scale
+        return scaler.scale(vocab_parallel_cross_entropy(logits, y, vocab_start, groups["tp"]))
 
     schedule = None
     if a.pp > 1:
         # Stage boundaries are known up front, so no shape-inference round trip is needed.
         shape = (a.micro_batch, a.seq)
-        hidden = lambda: torch.zeros(*shape, a.hidden, device=device, requires_grad=True)
+        act_dtype = half or torch.float32  # under autocast the residual stream stays fp32
+        hidden = lambda: torch.zeros(*shape, a.hidden, dtype=act_dtype, device=device, requires_grad=True)
         x_in = torch.zeros(shape, dtype=torch.long, device=device) if first else hidden()
-        logits_dtype = amp or torch.float32  # the LM head runs under autocast; the residual stream stays fp32
+        logits_dtype = half or amp or torch.float32  # the LM head runs in half precision (or under autocast)
         out = torch.zeros(*shape, a.vocab // a.tp, dtype=logits_dtype, device=device, requires_grad=True) if last \
             else hidden()
         pipe = PipelineStage(model, stage, a.pp, device, input_args=(x_in,), output_args=(out,), group=groups["pp"])
@@ -256,6 +292,8 @@ def main(argv=None):
         batch = torch.randint(0, a.vocab, (n_micro * a.micro_batch, a.seq + 1), generator=g).to(device)
         x, y = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
         optimizer.zero_grad(set_to_none=True)
+        for p in params:
+            p.grad = None
         losses = []
         with autocast():
             if schedule is not None:
@@ -279,13 +317,16 @@ def main(argv=None):
             dist.all_reduce(wte.grad, group=groups["emb"])
         if a.forward_backward_only:
             end_of_iteration()
+        elif half is not None:
+            main_step(params, main_params, optimizer, loss_scale, device)
         else:
             scaler.step(optimizer)
             scaler.update()
         if device.type == "cuda":
             torch.cuda.synchronize()
         if last and coord["tp"] == 0 and coord["dp"] == 0:
-            loss = sum(float(v) for v in losses) / max(scaler.get_scale() if scaler.is_enabled() else 1.0, 1e-30)
+            scale = scaler.get_scale() if scaler.is_enabled() else loss_scale
+            loss = sum(float(v) for v in losses) / max(scale, 1e-30)
             if schedule is not None:
                 loss /= n_micro
             print(f"step {step} loss {loss:.4f} time {time.perf_counter() - t0:.3f}s", flush=True)

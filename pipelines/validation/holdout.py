@@ -75,13 +75,16 @@ class Case:
         return asdict(self)
 
 
-def _program_args(model: dict, par: dict, dtype: str, checkpoint: bool, attention: str, pad_vocab: int) -> list[str]:
+def _program_args(model: dict, par: dict, dtype: str, checkpoint: bool, attention: str, pad_vocab: int,
+                  half_params: bool = False) -> list[str]:
     args = ["--layers", model["layers"], "--hidden", model["hidden"], "--heads", model["heads"],
             "--seq", model["seq"], "--vocab", model["vocab"], "--pad-vocab-to", pad_vocab,
             "--tp", par["tp"], "--pp", par["pp"], "--micro-batch", par["micro_batch"],
             "--global-batch", par["global_batch"], "--dtype", dtype, "--attention", attention]
     if checkpoint:
         args.append("--checkpoint")
+    if half_params:
+        args.append("--half-params")
     return [str(a) for a in args]
 
 
@@ -118,7 +121,8 @@ def load_vtrain(kind: str = "single", shared: Path | None = None) -> list[Case]:
             cases.append(Case(
                 name=f"vtrain-{kind}-{i:04d}", source=f"vtrain-{kind}", gpu="a100-80gb", world_size=gpus,
                 nproc_per_node=per_node, nnodes=gpus // per_node, measured_s=measured,
-                args=_program_args(model, par, "fp16", True, "eager", 128), model=model, parallel=par,
+                # Megatron-DeepSpeed's --fp16: a half-precision model with fp32 main weights, not autocast
+                args=_program_args(model, par, "fp16", True, "eager", 128, half_params=True), model=model, parallel=par,
                 dtype="fp16", checkpoint=True,
                 note=f"h{model['hidden']} L{model['layers']} tp{par['tp']} pp{par['pp']} dp{par['dp']} "
                      f"mb{par['micro_batch']} gb{par['global_batch']}"))

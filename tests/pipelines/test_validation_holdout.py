@@ -32,6 +32,7 @@ def test_vtrain_rows_become_megatron_program_arguments(tmp_path, monkeypatch):
     args = case.args
     assert args[args.index("--tp") + 1] == "2" and args[args.index("--global-batch") + 1] == "32"
     assert "--checkpoint" in args and args[args.index("--dtype") + 1] == "fp16"
+    assert "--half-params" in args  # Megatron-DeepSpeed --fp16: half-precision model, fp32 main weights
     assert args[args.index("--pad-vocab-to") + 1] == "128"  # Megatron pads the vocabulary
 
 
