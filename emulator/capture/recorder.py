@@ -418,8 +418,15 @@ class Recorder(TorchDispatchMode):
         return max(t_enter - self._t_last - own - baseline, 0.0)
 
     def _record_cached(self, row, func, args, kwargs, op, keyed, gap):
-        """A repeated signature: the same row fields as its first call, fresh outputs, live bookkeeping."""
+        """A repeated signature: the same row fields as its first call, fresh outputs, live bookkeeping.
+
+        `_foreach_*` rows are keyed without their float values (an optimizer's bias corrections
+        change every step): their args JSON and hash contribution are rebuilt from this call's
+        scalars, everything per tensor comes from the cache."""
         kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, hash_part = row
+        if jargs is None:
+            jargs = json.dumps(signature.describe_call(func, args, kwargs, tensors=False)[4], default=str)
+            hash_part = TraceRows.kernel_hash_part(hash_part, jargs)
         stream = self.stream_id()
         out, new = self._run_cached(func, args, kwargs, op, keyed)
         oom = None
@@ -478,7 +485,7 @@ class Recorder(TorchDispatchMode):
         gap = self._gap(t_enter)
         self._placeholder_now = False
         self._unsupported_now = False
-        if keyed is not None and not op.startswith("aten::_foreach_"):  # (foreach keys ignore float values)
+        if keyed is not None:
             row = self._row_cache.get(keyed[0])
             if row is not None:
                 return self._record_cached(row, func, args, kwargs, op, keyed, gap)
@@ -529,10 +536,14 @@ class Recorder(TorchDispatchMode):
                       out_shapes=out_shapes, out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap,
                       mem=self._mem(), duration_s=duration, placeholder=self._placeholder_now, **coll)
         if keyed is not None and kind in ("kernel", "memcpy") and not coll and not self._placeholder_now \
-                and not op.startswith("aten::_foreach_") \
                 and not self._unsupported_now and self._out_specs.get(keyed[0]) is not None:
-            self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops,
-                                         nbytes, self.rows.last_hash_part)
+            if op.startswith("aten::_foreach_"):  # keyed without float values: args rebuilt per call
+                prefix = TraceRows.kernel_hash_prefix(kind, op, shapes, dtypes)
+                self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, None, out_shapes, out_dtypes,
+                                             flops, nbytes, prefix)
+            else:
+                self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes,
+                                             flops, nbytes, self.rows.last_hash_part)
         self._t_last = _clock()
         if oom is not None:
             raise oom

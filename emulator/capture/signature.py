@@ -54,8 +54,10 @@ def _json_value(v):
     return str(v)
 
 
-def describe_call(func, args: tuple, kwargs: dict):
-    """(bound, shapes, dtypes, strides, args_json_dict) of one call, tensors flattened in schema order."""
+def describe_call(func, args: tuple, kwargs: dict, tensors: bool = True):
+    """(bound, shapes, dtypes, strides, args_json_dict) of one call, tensors flattened in schema order.
+
+    `tensors=False`: only the args dict (shapes/dtypes/strides stay empty), for callers that have the rest."""
     shapes: list[list[int]] = []
     dtypes: list[str] = []
     strides: list[list[int]] = []
@@ -65,13 +67,14 @@ def describe_call(func, args: tuple, kwargs: dict):
     for name, typ, value in bind(func, args, kwargs):
         bound[name] = value
         if isinstance(value, torch.Tensor):
-            _add_tensor(value, shapes, dtypes, strides)
+            if tensors:
+                _add_tensor(value, shapes, dtypes, strides)
         elif isinstance(value, (list, tuple)) and value and any(isinstance(x, (torch.Tensor, list, tuple))
                                                                 for x in value):
             flat = _flatten_tensors(value)
             if flat or _is_tensor_list_type(typ):
                 list_lengths.append(len(flat))
-                for t in flat:
+                for t in flat if tensors else ():
                     _add_tensor(t, shapes, dtypes, strides)
             else:
                 jargs[name] = _json_value(value)

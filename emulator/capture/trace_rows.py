@@ -70,6 +70,16 @@ class TraceRows:
         self._hash.update(hash_part)
         self.last_hash_part = hash_part
 
+    @staticmethod
+    def kernel_hash_prefix(kind: str, op: str, shapes, dtypes) -> bytes:
+        """A kernel row's op-hash contribution up to its args: `kernel_hash_part` completes it with the
+        args, giving the bytes `add` would compute (for rows whose args change call to call)."""
+        return json.dumps([kind, op, shapes, dtypes], separators=(",", ":"))[:-1].encode() + b","
+
+    @staticmethod
+    def kernel_hash_part(prefix: bytes, args: str) -> bytes:
+        return prefix + json.dumps(args).encode() + b',"",0,null]'
+
     def op_hash(self) -> str:
         return self._hash.hexdigest()
 
