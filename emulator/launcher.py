@@ -297,6 +297,7 @@ def merge(job: Job, runs: dict[int, RankRun], rank_map: dict[int, int], wall: fl
         "script": job.script, "module": job.module, "argv": list(job.argv), "gpu": job.gpu, "gpu_name": gpu_name,
         "world_size": world, "nnodes": job.nnodes, "nproc_per_node": job.nproc_per_node,
         "torch_version": first.get("torch_version"), "iterations_requested": job.iterations,
+        "host_speed": first.get("host_speed"),
         "iterations_found": min(iterations) if iterations else 0,
         "peak_allocated_bytes": peak_alloc, "peak_reserved_bytes": peak_res,
         "oom": bool(oom_reps), "oom_ranks": oom_ranks,

@@ -14,6 +14,7 @@ time is still predicted when the trace is complete enough to simulate.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -21,6 +22,7 @@ from rich.console import Console
 from emulator.collate import CollateError, HangError, collate
 from emulator.estimate import NoPredictorError, estimate, load_predictors
 from emulator.hardware import UnknownGPUError
+from emulator.hostspeed import host_gap_scale
 from emulator.report.prediction import build_prediction
 from emulator.report.table import print_prediction
 from emulator.report.timeline import write_timeline
@@ -56,6 +58,12 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
         hang = e.report
         job = collate(trace_dir, nn, npn, check=False)
     cl = build_cluster(gpu_key, job.nnodes, job.nproc_per_node, file, price_per_gpu_hour)
+    if cl.spec.is_cpu:
+        host = {"scale": cl.host_gap_scale, "source": "the cpu target is this machine"}
+    else:
+        host = host_gap_scale(job.summary.get("host_speed"), cl.spec.key,
+                              cl.host_gap_scale if "host_gap_scale" in file else None)
+    cl = replace(cl, host_gap_scale=host["scale"])
     kernels, collectives = load_predictors(cl.spec, roofline_only)
     est = tm = result = None
     if hang is None:
@@ -67,6 +75,7 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     if hang is not None and job.summary.get("oom"):
         hang = None  # a run that died of OOM stops mid-iteration: the OOM is the answer, not the hang
     pred = build_prediction(job, cl, tm, est, time.perf_counter() - t0, tokens_per_iteration, hang)
+    pred["host_speed"] = host
     pred["timeline"] = bool(timeline and result is not None and tm is not None)
     if write:
         if pred["timeline"]:

@@ -111,6 +111,10 @@ class Session:
         t0 = time.perf_counter()
         rec = self.recorder
         try:
+            if self.policy == "emulate" and self.ns.rank == 0:  # this machine's host speed, once per job
+                from emulator import hostspeed
+
+                self.host_speed = hostspeed.measure(repeats=3, steps=10)
             with rec:
                 if self.policy in ("emulate", "cpu"):  # profiling measures; its gaps are not predictions
                     self.calibrate_host_gap()
@@ -229,6 +233,7 @@ class Session:
             # host_gap_s is process CPU time less the emulator's own (see emulator.capture.recorder)
             "host_clock": "process_cpu",
             "host_gap_baseline_s": getattr(self, "host_gap_baseline_s", 0.0),
+            "host_speed": getattr(self, "host_speed", None),
             "fast_path": {"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
         }
         write_json(ns.out / "ranks" / f"rank={ns.rank}.json", summary)

@@ -66,6 +66,9 @@ def print_prediction(pred: dict, console: Console | None = None, out_dir=None) -
     t.add_row("kernels estimated by", str(est.get("kernels")))
     t.add_row("collectives estimated by", str(est.get("collectives")))
     t.add_row("device time learned / fallback", f"{_pct(cov.get('learned'))} / {_pct(cov.get('fallback'))}")
+    host = pred.get("host_speed") or {}
+    if host:
+        t.add_row("host time scale", f"x{host.get('scale', 1.0):.2f}: {host.get('source')}")
     walls = f"{_t(pred.get('emulation_wall_s'))} / {_t(pred.get('simulation_wall_s'))}"
     t.add_row("emulation / simulation wall", walls)
     c.print(t)

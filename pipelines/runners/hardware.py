@@ -3,8 +3,9 @@
 GPUs are described through NVML (nvidia-ml-py): name, UUID, memory, SM and memory clocks,
 power limit, driver and CUDA versions, NVLink / P2P topology and current throttle reasons. Without
 NVML (no driver, a CPU machine) that part is recorded as unavailable with the reason — never a crash.
-The CPU is always described (model, cores, threads torch uses), because CPU timings and the
-host side of every benchmark depend on it.
+The CPU is always described (model, cores, threads torch uses, and its eager-PyTorch host speed,
+`emulator.hostspeed`), because CPU timings and the host side of every benchmark, and of every
+prediction for these GPUs, depend on it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ def cpu_description() -> dict:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         mem = None
+    from emulator import hostspeed  # torch only: fine on a bare node
+
     return {"model": model, "logical_cores": os.cpu_count(), "usable_cores": usable,
             "torch_threads": torch.get_num_threads(), "memory_bytes": mem, "machine": platform.machine(),
-            "python": platform.python_version(), "torch": torch.__version__}
+            "python": platform.python_version(), "torch": torch.__version__,
+            # what `maya predict` scales emulated host gaps by, against the emulating machine's figure
+            "host_speed": hostspeed.measure()}
 
 
 def _s(x):

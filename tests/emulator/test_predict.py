@@ -84,7 +84,7 @@ def test_cli_simulate_and_hang_exit_codes(tmp_path):
     assert pred["iteration_time_s"] is None and pred["hang"]["issues"][0]["missing"] == [1]
 
 
-def test_host_gap_scale_models_a_faster_host(tmp_path):
+def _host_bound_tables() -> dict:
     tables = {}
     for r in range(2):
         b = TraceBuilder(r, host_gap_s=1e-3)  # a host-bound program: 1 ms of Python per tiny kernel
@@ -94,7 +94,11 @@ def test_host_gap_scale_models_a_faster_host(tmp_path):
                 b.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
             b.collective("c10d::allreduce_", "0", [0, 1], 4096)
         tables[r] = b.table()
-    out = write_job(tmp_path / "out", tables)
+    return tables
+
+
+def test_host_gap_scale_models_a_faster_host(tmp_path):
+    out = write_job(tmp_path / "out", _host_bound_tables())
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps({"host_gap_scale": 0.1}))
     base = predict_from_trace(out, roofline_only=True)
@@ -102,3 +106,38 @@ def test_host_gap_scale_models_a_faster_host(tmp_path):
     assert base["iteration_time_s"] == pytest.approx(11e-3, rel=0.05)  # 11 host gaps of 1 ms
     assert quick["iteration_time_s"] == pytest.approx(base["iteration_time_s"] / 10, rel=0.2)
     assert quick["breakdown_s"]["host"] < base["breakdown_s"]["host"] / 5
+
+
+def test_host_gaps_scale_by_the_measured_host_speed_of_the_target_nodes(tmp_path, monkeypatch):
+    """The same host-speed workload measured here (emulation) and on the GPU nodes (hardware inventory
+    of a calibration run): host gaps scale by the ratio, and the prediction says where it came from."""
+    from emulator.hostspeed import WORKLOAD
+
+    monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "wh"))
+    here = {"workload": WORKLOAD, "s_per_op": 20e-6}
+    out = write_job(tmp_path / "out", _host_bound_tables(), host_speed=here)
+    unmeasured = predict_from_trace(out, roofline_only=True)
+    assert unmeasured["host_speed"]["scale"] == 1.0 and "no host-speed measurement of h100" in \
+        unmeasured["host_speed"]["source"]
+    inventory = tmp_path / "wh" / "hardware" / "gpu=h100" / "run1.json"
+    inventory.parent.mkdir(parents=True)
+    inventory.write_text(json.dumps({"gpu": "h100", "cpu": {"model": "Xeon", "host_speed": {
+        "workload": WORKLOAD, "s_per_op": 5e-6}}}))
+    measured = predict_from_trace(out, roofline_only=True)
+    assert measured["host_speed"]["scale"] == pytest.approx(0.25)
+    assert measured["host_speed"]["source"].startswith("measured: Xeon of the h100 node")
+    assert measured["breakdown_s"]["host"] == pytest.approx(unmeasured["breakdown_s"]["host"] / 4, rel=0.05)
+    # a cluster file's explicit scale still wins; another workload version is not compared
+    explicit = tmp_path / "c.json"
+    explicit.write_text(json.dumps({"host_gap_scale": 0.5}))
+    assert predict_from_trace(out, cluster=explicit, roofline_only=True)["host_speed"]["scale"] == 0.5
+    inventory.write_text(json.dumps({"gpu": "h100", "cpu": {"host_speed": {"workload": "old", "s_per_op": 5e-6}}}))
+    assert predict_from_trace(out, roofline_only=True)["host_speed"]["scale"] == 1.0
+
+
+def test_host_speed_workload_measures_this_cpu():
+    from emulator import hostspeed
+
+    m = hostspeed.measure(repeats=2, steps=3)
+    assert m["workload"] == hostspeed.WORKLOAD and m["ops_per_step"] > 50
+    assert 0 < m["s_per_op"] < 1e-2 and m["s_per_step"] == pytest.approx(m["s_per_op"] * m["ops_per_step"])
