@@ -169,7 +169,7 @@ def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 9
     if not reuse:
         rc = _run([*MAYA, "emulate", "--gpu", case.gpu, "--nproc-per-node", str(case.nproc_per_node),
                    "--nnodes", str(case.nnodes), "--iterations", str(iterations), "--out", str(out),
-                   *emulate_flags(case), *program], log, timeout_s, env={"MAYA_EXCHANGE_TIMEOUT_S": "180"})
+                   *program], log, timeout_s, env={"MAYA_EXCHANGE_TIMEOUT_S": "180"})
     summary = _summary_or_none(out)
     if rc != 0 and not (summary or {}).get("oom"):
         res.error = f"maya emulate exited {rc}: {_tail(log)}"
@@ -186,22 +186,6 @@ def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 9
     return res
 
 
-def emulate_flags(case) -> list[str]:
-    """Extra `maya emulate` flags a case needs: single-node jobs are emulated without rank deduplication.
-
-    Why (found by this validation, see the report): (1) torch.distributed.pipelining exchanges stage
-    metadata between neighbouring stages as Python objects before the first step, which needs every
-    stage's rank running at the same time, and deduplication probes ranks in phases; (2) when a
-    process group other than the default one spans the whole world (TP=4 on 4 GPUs, DDP over all
-    ranks), ranks expanded from a representative miss that group's collectives and the simulator
-    reports a hang. Up to MAX_NO_DEDUP ranks every rank is emulated; multi-node jobs keep dedup.
-    """
-    if case.world_size <= MAX_NO_DEDUP:
-        return ["--no-dedup", "--jobs", str(case.world_size)]
-    return []
-
-
-MAX_NO_DEDUP = 8
 
 
 def _summary_or_none(out: Path) -> dict | None:
