@@ -50,14 +50,14 @@ class RunResult:
         return dict(self.__dict__)
 
 
-def _run(cmd: list[str], log: Path, timeout_s: float, env: dict | None = None) -> int:
+def _run(cmd: list[str], log: Path, timeout_s: float) -> int:
     """Run a CLI command with its output appended to `log`; returns the exit code (124 on timeout)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as f:
         f.write(f"$ {' '.join(cmd)}\n")
         f.flush()
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+                                start_new_session=True)
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -169,7 +169,7 @@ def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 9
     if not reuse:
         rc = _run([*MAYA, "emulate", "--gpu", case.gpu, "--nproc-per-node", str(case.nproc_per_node),
                    "--nnodes", str(case.nnodes), "--iterations", str(iterations), "--out", str(out),
-                   *program], log, timeout_s, env={"MAYA_EXCHANGE_TIMEOUT_S": "180"})
+                   *program], log, timeout_s)
     summary = _summary_or_none(out)
     if rc != 0 and not (summary or {}).get("oom"):
         res.error = f"maya emulate exited {rc}: {_tail(log)}"
