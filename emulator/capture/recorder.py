@@ -50,6 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from emulator.capture import fastpath, signature
 from emulator.capture.modules import ModuleStack
+from emulator.capture.shadows import Shadows
 from emulator.capture.trace_rows import TraceRows
 from emulator.device.fake_mode import is_wrapper_subclass
 from emulator.distributed.collectives import CollectiveCounter
@@ -136,6 +137,9 @@ class Recorder(TorchDispatchMode):
         self._noted = 0  # placeholders + unsupported ops seen; a call that adds one is not cached
         self.op_name: dict = {}  # OpOverload -> canonical name
         self._lock = threading.RLock()
+        # real values of small device tensors whose data came from the host (read by .item() and friends)
+        self.shadows = Shadows() if policy == "emulate" else None
+        self.real_reads = 0  # device scalars read with their real value (see emulator.capture.shadows)
         self._measure = policy == "profile"
         self._cuda_timing = self._measure and device_type == "cuda"
 
@@ -372,6 +376,11 @@ class Recorder(TorchDispatchMode):
             self._out_specs[key] = spec
         return out, None
 
+    def _derive_values(self, func, args, kwargs, out, kind: str, keyed=None) -> None:
+        """Keep real values flowing from host data (a copy to the device, ops on such tensors)."""
+        if self.shadows is not None and (self.shadows.storages or kind == "memcpy"):
+            self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None)
+
     def _see_outputs(self, out, new: list | None = None) -> None:
         """Account for the outputs' device storages; `new`: just the fresh ones, when the fast path knows."""
         stream = self.stream_id()
@@ -429,6 +438,7 @@ class Recorder(TorchDispatchMode):
             hash_part = TraceRows.kernel_hash_part(hash_part, jargs)
         stream = self.stream_id()
         out, new = self._run_cached(func, args, kwargs, op, keyed)
+        self._derive_values(func, args, kwargs, out, kind, keyed)
         oom = None
         if self.memory is not None:
             try:
@@ -508,6 +518,7 @@ class Recorder(TorchDispatchMode):
             duration = time.perf_counter() - t0
         else:
             out = self._run(func, args, kwargs, op, keyed=keyed)
+        self._derive_values(func, args, kwargs, out, kind, keyed)
         out_shapes, out_dtypes, out_tensors = signature.outputs(out)
         if self.memory is not None:
             try:
@@ -583,15 +594,20 @@ class Recorder(TorchDispatchMode):
         with self._lock:
             gap = self._gap(t_enter)
             self._placeholder_now = False
-            value = self._run(func, args, kwargs, "aten::_local_scalar_dense", record=False)
             t = args[0]
+            known = self.shadows.value(t) if self.shadows is not None and isinstance(t, FakeTensor) else None
+            if known is not None:  # data that came from the host: the real value, not a placeholder
+                value = known.item()
+                self.real_reads += 1
+            else:
+                value = self._run(func, args, kwargs, "aten::_local_scalar_dense", record=False)
             module, phase = self._module_phase()
             size = dtype_bytes(str(t.dtype))
             self.rows.add(kind="memcpy", op="memcpy::d2h", stream=self.stream_id(), iteration=self.iteration,
                           module=module, phase=phase, shapes=[list(t.shape)], dtypes=[str(t.dtype)[6:]],
                           strides=[list(t.stride())], args=json.dumps({"item": True}), flops=0.0,
                           bytes=float(size), host_gap_s=gap, mem=self._mem(),
-                          placeholder=self._placeholder_now or self.policy == "emulate")
+                          placeholder=self._placeholder_now or (self.policy == "emulate" and known is None))
             self._t_last = _clock()
             return value
 

@@ -58,9 +58,10 @@ class Session:
             cuda_shim.install(self.spec, ns.local_world_size, rec)
             cuda_shim.set_device(0)
             memory.install_resize_hook(stream_id)
-            from emulator.capture import checkpoint
+            from emulator.capture import checkpoint, libraries
 
             checkpoint.install(rec, stream_id)
+            libraries.install(rec.fake_mode)
         from emulator.distributed import fake_pg
 
         measuring = self.policy in ("profile", "time")
@@ -224,6 +225,7 @@ class Session:
             "peak_allocated": peak_alloc, "peak_reserved": peak_res,
             "iterations": rec.steps, "stopped_by_iterations": self.stopped,
             "unsupported_ops": dict(rec.unsupported), "placeholders": dict(rec.placeholders),
+            "real_value_reads": rec.real_reads,
             "wall_s": wall, "op_hash": rec.rows.op_hash(), "groups": fake_pg.groups(),
             "n_events": len(rec.rows), "torch_version": torch.__version__, "gpu": self.spec.key,
             "world_size": ns.world_size, "local_world_size": ns.local_world_size, "mode": self.policy,

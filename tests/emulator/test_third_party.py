@@ -35,6 +35,11 @@ def test_hf_trainer_world_1(tmp_path):
     gemms = t[t.op.isin(["aten::mm", "aten::addmm"]) & (t.phase == "forward")]
     assert len(gemms) > 0 and all(set(d) == {"bfloat16"} for d in gemms["dtypes"])
     assert t[t.phase == "optimizer"].op.str.startswith("aten::_foreach_").any()
+    # as on an H100: the mask checks read the host-made batch's real values, so the causal mask is
+    # skipped and bf16 SDPA takes the flash kernel (a placeholder mask forced the memory-efficient one)
+    attention = {op for op in t.op if "attention" in op}
+    assert attention == {"aten::_scaled_dot_product_flash_attention",
+                         "aten::_scaled_dot_product_flash_attention_backward"}
 
 
 def test_hf_trainer_ddp_world_2(tmp_path):

@@ -1,0 +1,122 @@
+"""Real values for small device tensors whose data came from the host (masks, labels, token ids).
+
+Why: a fake tensor has no data, so `.item()`, `bool(t)` and `t.all()` read placeholders (0 /
+False). Library code branches on such reads: Hugging Face skips the attention mask when
+`padding_mask.all()` is True, which is what lets SDPA pick the flash kernel on a GPU; with the
+placeholder it builds a mask and SDPA takes the memory-efficient kernel. Yet the data of those
+tensors was on the host before the program copied it over. `Shadows` keeps that copy, per fake
+*storage* (so views and in-place updates stay consistent), and computes on the CPU every op whose
+device inputs all have values (deterministic factory ops such as `arange` and `ones` included,
+once host data has arrived), so a later read of a derived value is the real one.
+
+Limits (each falls back to the placeholder): storages over MAX_ELEMENTS elements get no values;
+random ops are not replayed (that would draw from the program's CPU generator); an op that writes
+a storage from inputs without values drops that storage's values; ops that fail on the CPU are
+skipped; values reinterpreted under another dtype are not derived.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._pytree import tree_flatten, tree_map
+
+MAX_ELEMENTS = 1 << 16  # masks and token ids of a batch fit; activations do not (and cost CPU time)
+_CPU = torch.device("cpu")
+
+
+class Shadows:
+    """Fake storage -> a flat CPU tensor with its values."""
+
+    def __init__(self):
+        self.storages: dict[int, torch.Tensor] = {}
+        self.replayed = 0  # ops computed on values (summary figure)
+
+    def value(self, t: FakeTensor) -> torch.Tensor | None:
+        """`t`'s values as a CPU tensor (a view of its storage's values), or None."""
+        base = self.storages.get(t.untyped_storage()._cdata)
+        if base is None or base.dtype != t.dtype:
+            return None
+        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+    def after(self, func, args: tuple, kwargs: dict, out, inputs: list | None = None) -> None:
+        """Derive the values of `out` from the call's inputs (or drop what the call overwrote).
+
+        `inputs`: the call's fake tensors when the caller has them already (saves a flatten)."""
+        if inputs is None:
+            inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, FakeTensor)]
+        if inputs:
+            storages = self.storages
+            if not any(x.untyped_storage()._cdata in storages for x in inputs):
+                return  # the usual case: nothing here came from the host, nothing to derive or drop
+        elif not self._real_tensor_in(args, kwargs) and "empty" in func.__name__:
+            return  # uninitialised memory has no values to know
+        if func is torch.ops.aten.copy_.default and isinstance(args[0], FakeTensor):
+            self._whole_storage_target(args[0])  # copy_ overwrites its target: it gets values if its source has
+        values = {id(x): self.value(x) for x in inputs}
+        if all(v is not None for v in values.values()) and self._replayable(func, out):
+            self._replay(func, args, kwargs, out, values)
+        elif func._schema.is_mutable:
+            for i, a in enumerate(func._schema.arguments):
+                if a.alias_info is not None and a.alias_info.is_write:
+                    x = args[i] if i < len(args) else kwargs.get(a.name)
+                    for t in tree_flatten(x)[0]:
+                        if isinstance(t, FakeTensor):
+                            self.storages.pop(t.untyped_storage()._cdata, None)
+
+    @staticmethod
+    def _real_tensor_in(args, kwargs) -> bool:
+        return any(isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor)
+                   for x in tree_flatten((args, kwargs))[0])
+
+    @staticmethod
+    def _replayable(func, out) -> bool:
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            return False
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, FakeTensor)]
+        return bool(outs) and all(o.numel() <= MAX_ELEMENTS for o in outs)
+
+    def _replay(self, func, args, kwargs, out, values: dict) -> None:
+        def on_cpu(x):
+            if isinstance(x, FakeTensor):
+                return values[id(x)]
+            if isinstance(x, torch.device) and x.type != "cpu":
+                return _CPU
+            return x
+
+        try:
+            result = func(*tree_map(on_cpu, args), **tree_map(on_cpu, kwargs))
+        except Exception:  # noqa: BLE001 - an op the CPU refuses: no values, the placeholder stays
+            return
+        self.replayed += 1
+        fakes, _ = tree_flatten(out)
+        reals, _ = tree_flatten(result)
+        if len(fakes) != len(reals):
+            return
+        for fake, real in zip(fakes, reals, strict=True):
+            if isinstance(fake, FakeTensor) and isinstance(real, torch.Tensor):
+                self._keep(fake, real)
+
+    def _whole_storage_target(self, dst: FakeTensor) -> None:
+        """Give a copy_ target that spans its whole (small) storage a buffer for the replay to fill."""
+        storage = dst.untyped_storage()
+        if storage._cdata in self.storages or not dst.is_contiguous() or dst.storage_offset() != 0 \
+                or dst.numel() * dst.element_size() != storage.nbytes() or dst.numel() > MAX_ELEMENTS:
+            return
+        self.storages[storage._cdata] = torch.empty(dst.numel(), dtype=dst.dtype)
+        weakref.finalize(storage, self.storages.pop, storage._cdata, None)
+
+    def _keep(self, fake: FakeTensor, real: torch.Tensor) -> None:
+        storage = fake.untyped_storage()
+        key = storage._cdata
+        if key in self.storages:  # a view or an in-place result: the replay already wrote its values
+            return
+        n = storage.nbytes() // max(fake.element_size(), 1)
+        if n > MAX_ELEMENTS or real.shape != fake.shape:
+            return
+        base = torch.empty(n, dtype=fake.dtype)
+        base.as_strided(fake.shape, fake.stride(), fake.storage_offset()).copy_(real)
+        self.storages[key] = base
+        weakref.finalize(storage, self.storages.pop, key, None)  # the key may be reused once it dies
