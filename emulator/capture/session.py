@@ -144,7 +144,7 @@ class Session:
             return EXIT_OK
         return EXIT_OOM if self.died_of_oom else EXIT_FAILED
 
-    def calibrate_host_gap(self, calls: int = 400) -> dict:
+    def calibrate_host_gap(self, calls: int = 400, rounds: int = 5) -> dict:
         """Measure the emulator's own per-call cost that the recorder cannot see, and subtract it from gaps.
 
         Loops of tiny device ops with no program work between calls record, as host gaps, what
@@ -158,27 +158,32 @@ class Session:
           (fake-tensor handling, building the graph);
         - `backward`: the same on autograd's backward thread (the engine handing each node to the
           fake device).
-        A real GPU host pays a launch cost instead, which the simulator adds per call. The loops'
-        rows and allocations are discarded.
+        The two per-crossing prices are differences of two loops; they are measured in `rounds`
+        interleaved pairs and the median difference kept, because a shared machine's speed drifts
+        between two loops run one after the other (single pairs gave crossing prices of 3 to 30 us
+        on this VM). A real GPU host pays a launch cost instead, which the simulator adds per call.
+        The loops' rows and allocations are discarded.
         """
         rec = self.recorder
         gaps = rec.rows.cols["host_gap_s"]
         x = torch.empty(256, device="cuda" if self.policy == "emulate" else "cpu")
+        per_round = max(calls // rounds, 30)
 
-        def loop(body) -> float:
+        def loop(body, n: int = calls) -> float:
             start = len(gaps)
-            for _ in range(calls):
+            for _ in range(n):
                 body()
-            return _steady_median(gaps[start:], calls)
+            return _steady_median(gaps[start:], n)
 
+        def extra_cost(plain, more, times: int) -> float:
+            diffs = sorted(loop(more, per_round) - loop(plain, per_round) for _ in range(rounds))
+            return max(diffs[len(diffs) // 2], 0.0) / times
+
+        add = lambda: torch.add(x, x)  # noqa: E731
         if self.policy == "emulate":  # CPU tensors answer device queries in C++
-            plain = loop(lambda: torch.add(x, x))
-            queried = loop(lambda: (x.get_device(), x.get_device(), x.get_device(), x.get_device(),
-                                    torch.add(x, x)))
-            rec.device_query_cost = max(queried - plain, 0.0) / 4
-        plain = loop(lambda: torch.add(x, x))
-        viewed = loop(lambda: torch.add(x.view(-1).view(16, 16).view(256), x))
-        rec.crossing_cost = max(viewed - plain, 0.0) / 3
+            rec.device_query_cost = extra_cost(add, lambda: (x.get_device(), x.get_device(), x.get_device(),
+                                                             x.get_device(), torch.add(x, x)), 4)
+        rec.crossing_cost = extra_cost(add, lambda: torch.add(x.view(-1).view(16, 16).view(256), x), 3)
         w = torch.empty(256, device=x.device, requires_grad=True)
         chain = [w]
         forward = loop(lambda: chain.append(chain[-1] * 1.5))

@@ -180,18 +180,20 @@ def test_host_gaps_are_the_programs_time_not_the_emulators(tmp_path):
     The same small program run for real on this CPU spends its whole step (host work *and* the tiny
     kernels) in a few milliseconds; the host time the emulated trace records for a step must not
     exceed that (before the per-crossing calibration it was several times larger)."""
+    import statistics
     import subprocess
     import sys
 
     from tests.emulator.programs.harness import PROGRAMS, ROOT, _env
 
-    real = subprocess.run([sys.executable, str(PROGRAMS / "host_cost.py"), "--steps", "8"], cwd=ROOT,
+    real = subprocess.run([sys.executable, str(PROGRAMS / "host_cost.py"), "--steps", "12"], cwd=ROOT,
                           env={**_env(), "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=120)
     assert real.returncode == 0, real.stderr
-    real_step = min(float(line.split("=")[1]) for line in real.stdout.split() if line.startswith("step_cpu_s="))
-    emu = run_worker("host_cost.py", tmp_path, "--steps", "6")
+    steps = [float(line.split("=")[1]) for line in real.stdout.split() if line.startswith("step_cpu_s=")]
+    real_step = statistics.median(steps[2:])  # medians on both sides: this shared machine's noise is large
+    emu = run_worker("host_cost.py", tmp_path, "--steps", "10")
     assert emu.rc == 0, emu.summary["error"]
-    steady = emu.trace[emu.trace.iteration.between(1, 4)]
+    steady = emu.trace[emu.trace.iteration.between(1, 8)]
     per_step = steady.groupby("iteration").host_gap_s.sum().median()
     assert emu.summary["host_gap_baseline_s"]["crossing"] > 0
     assert per_step < 2.5 * real_step, (per_step, real_step)
