@@ -87,10 +87,18 @@ def scale_between(local: dict | None, target: dict | None) -> float | None:
 
 
 def target_host_speed(gpu_key: str, warehouse: Path | None = None) -> tuple[dict | None, str | None]:
-    """(host speed, where it came from) of the newest hardware inventory of `gpu_key`'s nodes, if any."""
-    from emulator.settings import warehouse_root
+    """(host speed, where it came from) of the newest hardware inventory of `gpu_key`'s nodes, if any:
+    the warehouse's own (a calibration run), else the committed ones in the reference folder."""
+    from emulator.settings import reference_root, warehouse_root
 
-    folder = (warehouse or warehouse_root()) / "hardware" / f"gpu={gpu_key}"
+    for root in (warehouse or warehouse_root(), reference_root()):
+        found = _newest_inventory(root / "hardware" / f"gpu={gpu_key}", gpu_key)
+        if found[0] is not None:
+            return found
+    return None, None
+
+
+def _newest_inventory(folder: Path, gpu_key: str) -> tuple[dict | None, str | None]:
     for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
         try:
             inv = json.loads(path.read_text())

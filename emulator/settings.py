@@ -1,4 +1,4 @@
-"""Where maya keeps its data: the warehouse root and the MLflow store.
+"""Where maya keeps its data: the warehouse root, the committed reference data and the MLflow store.
 
 One place for these so the emulator (which loads predictors), maya_models (which trains
 them) and the pipelines (which measure) agree without importing each other.
@@ -13,6 +13,15 @@ from pathlib import Path
 def warehouse_root() -> Path:
     """$MAYA_WAREHOUSE, else ./warehouse under the current directory."""
     return Path(os.environ.get("MAYA_WAREHOUSE") or Path.cwd() / "warehouse").resolve()
+
+
+def reference_root() -> Path:
+    """$MAYA_REFERENCE, else the committed `warehouse/reference` of the repository (next to the packages):
+    public reference measurements and the GPU nodes' inventories measured for this project."""
+    env = os.environ.get("MAYA_REFERENCE")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[1] / "warehouse" / "reference"
 
 
 def mlflow_tracking_uri() -> str:

@@ -7,7 +7,6 @@ fresh clone needs nothing outside the repository.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,11 +14,10 @@ import pyarrow.parquet as pq
 
 
 def reference_dir() -> Path:
-    """$MAYA_REFERENCE, else `warehouse/reference` in the repository (next to the packages)."""
-    env = os.environ.get("MAYA_REFERENCE")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "warehouse" / "reference"
+    """$MAYA_REFERENCE, else `warehouse/reference` in the repository (emulator.settings.reference_root)."""
+    from emulator.settings import reference_root
+
+    return reference_root()
 
 
 def reference_datasets(directory: Path | None = None) -> list[str]:

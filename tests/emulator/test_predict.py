@@ -141,3 +141,13 @@ def test_host_speed_workload_measures_this_cpu():
     m = hostspeed.measure(repeats=2, steps=3)
     assert m["workload"] == hostspeed.WORKLOAD and m["ops_per_step"] > 50
     assert 0 < m["s_per_op"] < 1e-2 and m["s_per_step"] == pytest.approx(m["s_per_op"] * m["ops_per_step"])
+
+
+def test_committed_inventory_of_a_gpu_node_gives_its_host_speed(tmp_path, monkeypatch):
+    """A fresh clone scales host gaps for h200 by the node inventory committed under warehouse/reference."""
+    from emulator.hostspeed import WORKLOAD, host_gap_scale
+
+    monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "empty"))
+    got = host_gap_scale({"workload": WORKLOAD, "s_per_op": 2 * 12.9e-6}, "h200")
+    assert got["scale"] == pytest.approx(0.5, rel=0.01)
+    assert "node-check-h200-20261129" in got["source"]
