@@ -129,6 +129,18 @@ def test_tiny_partition_refused_and_unseen_gpu_goes_cross_gpu(store, data):
     assert meta["metrics"]["gemm"]["trained_on"] == "cross-gpu: a100-80gb, h100"
 
 
+def test_a_cross_gpu_model_never_learns_a_gpu_from_cpu_timings(data):
+    """A family measured only on the CPU (the local sweep's foreach optimizer ops) gets no cross-GPU
+    model for an unmeasured GPU: the labelled roofline fallback times it, as it does on the H100."""
+    from maya_models.train import train_kernel_predictor
+
+    cpu_only = data[(data["gpu"] == "h100") & (data["family"] == "gemm")].head(60).assign(gpu="cpu")
+    cpu_only = cpu_only.assign(family="optimizer", op="aten::_foreach_add_")
+    meta = train_kernel_predictor("h200", data=pd.concat([data, cpu_only]), register=False, num_rounds=5)
+    assert "optimizer" not in meta["metrics"]
+    assert "cpu" not in meta["metrics"]["gemm"]["trained_on"]
+
+
 def test_cpu_rows_measured_on_other_thread_counts_are_not_trained_on():
     from maya_models.train import training_rows
 
