@@ -3,8 +3,9 @@
 Why: a recorded host gap is the program's CPU time on the machine that emulated it, but the
 GPU servers a prediction is for run that Python on their own CPUs, often faster than a laptop
 or a shared VM. The same fixed workload timed on both sides gives the ratio `maya predict`
-scales host gaps by: here at emulation time (rank 0 writes it to its summary), and on the GPU
-node by the hardware inventory of a calibration run (`pipelines.runners.hardware`). Without a
+scales host gaps by: here at emulation time (rank 0 measures before and after the program and
+writes the mean to its summary: a shared machine's speed drifts while the gaps are recorded), and
+on the GPU node by the hardware inventory of a calibration run (`pipelines.runners.hardware`). Without a
 measurement of the target's host the ratio is 1 and the prediction says so.
 
 The workload: forward, backward and a foreach AdamW step of a small MLP (Linear, LayerNorm,
@@ -74,6 +75,16 @@ def measure(repeats: int = 5, steps: int = 20) -> dict:
         torch.set_num_threads(threads)
     return {"workload": WORKLOAD, "s_per_op": best / max(counter.ops, 1), "ops_per_step": counter.ops,
             "s_per_step": best, "torch": torch.__version__}
+
+
+def average(measurements: list[dict]) -> dict:
+    """One figure from several measurements of the same workload (the mean seconds per op)."""
+    out = dict(measurements[0])
+    samples = [m["s_per_op"] for m in measurements]
+    out["s_per_op"] = sum(samples) / len(samples)
+    out["s_per_step"] = out["s_per_op"] * out["ops_per_step"]
+    out["samples_s_per_op"] = samples
+    return out
 
 
 def scale_between(local: dict | None, target: dict | None) -> float | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from emulator import hostspeed
 from emulator.capture import state
 from emulator.capture.recorder import Recorder, StopEmulation
 from emulator.capture.trace_rows import TraceRows
@@ -113,8 +114,6 @@ class Session:
         rec = self.recorder
         try:
             if self.policy == "emulate" and self.ns.rank == 0:  # this machine's host speed, once per job
-                from emulator import hostspeed
-
                 self.host_speed = hostspeed.measure(repeats=3, steps=10)
             with rec:
                 if self.policy in ("emulate", "cpu"):  # profiling measures; its gaps are not predictions
@@ -139,6 +138,9 @@ class Session:
 
             fake_pg.shutdown()
             wall = time.perf_counter() - t0
+            if getattr(self, "host_speed", None) is not None:
+                # and again at the end: the gaps span the whole run, and a shared machine's speed drifts
+                self.host_speed = hostspeed.average([self.host_speed, hostspeed.measure(repeats=3, steps=10)])
             self._write(wall)
         if self.ok:
             return EXIT_OK
