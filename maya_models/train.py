@@ -89,13 +89,13 @@ def _parts(rows: pd.DataFrame, gpus: list[str], family_col: str, family: str, ca
     return out
 
 
-def _same_kind_of_device(rows: pd.DataFrame, gpu: str) -> pd.DataFrame:
-    """Rows of devices of the target's kind: a cross-GPU model never learns a GPU from CPU timings (nor a
-    CPU from GPU ones). Found by an H200 check: a cross-GPU `optimizer` family trained on 32 CPU rows
-    alone predicted the H200's foreach AdamW at 144 ms a step where the H100 roofline gives 5 ms."""
+def _other_devices(rows: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """Rows of the other devices of the target's kind: a cross-GPU model never learns a GPU from CPU
+    timings (nor a CPU from GPU ones). Found by an H200 check: a cross-GPU `optimizer` family trained on
+    32 CPU rows alone predicted the H200's foreach AdamW at 144 ms a step where the H100 roofline gives 5 ms."""
     is_cpu = get_gpu(gpu).is_cpu
     kinds = {g: get_gpu(g).is_cpu for g in rows["gpu"].unique()}
-    return rows[rows["gpu"].map(kinds) == is_cpu]
+    return rows[(rows["gpu"] != gpu) & (rows["gpu"].map(kinds) == is_cpu)]
 
 
 def _mode(gpu: str, own: pd.DataFrame, cross_gpu: bool, what: str) -> tuple[str, str]:
@@ -156,7 +156,7 @@ def kernel_eval_set(gpu: str, root=None, data=None, cross_gpu: bool = False) -> 
     rows = training_rows(root, data)
     rows = rows[rows["kind"].isin(KERNEL_KINDS)]
     own = rows[rows["gpu"] == gpu]
-    pool = own if len(own) and not cross_gpu else _same_kind_of_device(rows[rows["gpu"] != gpu], gpu)
+    pool = own if len(own) and not cross_gpu else _other_devices(rows, gpu)
     pool = pool[_with_eval_mask(pool)] if len(pool) else pool
     parts = [_cap(g, EVAL_ROWS_PER_FAMILY) for _, g in pool.groupby(["gpu", "family"])]
     return pd.concat(parts, ignore_index=True) if parts else pool
@@ -186,7 +186,7 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
     rows = rows[rows["kind"].isin(KERNEL_KINDS)]
     own = rows[rows["gpu"] == gpu]
     mode, why = _mode(gpu, own, cross_gpu, "kernel")
-    others = sorted(set(_same_kind_of_device(rows, gpu)["gpu"]) - {gpu})
+    others = sorted(set(_other_devices(rows, gpu)["gpu"]))
     if mode == "cross-gpu" and not others:
         raise InsufficientDataError(f"no kernel measurements on any other GPU to build a cross-GPU model for {gpu}")
     predictor = KernelPredictor(gpu, info={"mode": mode, "why": why})
@@ -267,7 +267,7 @@ def collective_eval_set(gpu: str, root=None, data=None, cross_gpu: bool = False)
     rows = training_rows(root, data)
     rows = prefer_sources(rows[rows["kind"].isin(COLLECTIVE_KINDS)])
     own = rows[rows["gpu"] == gpu]
-    pool = own if len(own) and not cross_gpu else _same_kind_of_device(rows[rows["gpu"] != gpu], gpu)
+    pool = own if len(own) and not cross_gpu else _other_devices(rows, gpu)
     return pool[_with_eval_mask(pool)].reset_index(drop=True) if len(pool) else pool
 
 
@@ -293,7 +293,7 @@ def train_collective_predictor(gpu: str, *, root=None, data: pd.DataFrame | None
     rows = prefer_sources(rows[rows["kind"].isin(COLLECTIVE_KINDS)])
     own = rows[rows["gpu"] == gpu]
     mode, why = _mode(gpu, own, cross_gpu, "collective")
-    pool = own if mode == "own" else _same_kind_of_device(rows[rows["gpu"] != gpu], gpu)
+    pool = own if mode == "own" else _other_devices(rows, gpu)
     if not len(pool):
         raise InsufficientDataError(f"no collective measurements on any GPU to build a model for {gpu}")
     pool = pool.reset_index(drop=True)
