@@ -125,6 +125,10 @@ def host_gap_scale(local: dict | None, gpu_key: str, explicit: float | None = No
     """How the simulator scales this trace's host gaps for `gpu_key`'s nodes, and why (prediction.json)."""
     if explicit is not None:
         return {"scale": float(explicit), "source": "host_gap_scale in the cluster file"}
+    from emulator.hardware import get_gpu
+
+    if get_gpu(gpu_key).is_cpu:
+        return {"scale": 1.0, "source": "the cpu target is this machine"}
     target, where = target_host_speed(gpu_key)
     scale = scale_between(local, target)
     if scale is None:

@@ -58,11 +58,8 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
         hang = e.report
         job = collate(trace_dir, nn, npn, check=False)
     cl = build_cluster(gpu_key, job.nnodes, job.nproc_per_node, file, price_per_gpu_hour)
-    if cl.spec.is_cpu:
-        host = {"scale": cl.host_gap_scale, "source": "the cpu target is this machine"}
-    else:
-        host = host_gap_scale(job.summary.get("host_speed"), cl.spec.key,
-                              cl.host_gap_scale if "host_gap_scale" in file else None)
+    host = host_gap_scale(job.summary.get("host_speed"), cl.spec.key,
+                          cl.host_gap_scale if "host_gap_scale" in file else None)
     cl = replace(cl, host_gap_scale=host["scale"])
     kernels, collectives = load_predictors(cl.spec, roofline_only)
     est = tm = result = None

@@ -548,13 +548,11 @@ class Recorder(TorchDispatchMode):
                       mem=self._mem(), duration_s=duration, placeholder=self._placeholder_now, **coll)
         if keyed is not None and kind in ("kernel", "memcpy") and not coll and not self._placeholder_now \
                 and not self._unsupported_now and self._out_specs.get(keyed[0]) is not None:
-            if op.startswith("aten::_foreach_"):  # keyed without float values: args rebuilt per call
-                prefix = TraceRows.kernel_hash_prefix(kind, op, shapes, dtypes)
-                self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, None, out_shapes, out_dtypes,
-                                             flops, nbytes, prefix)
-            else:
-                self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes,
-                                             flops, nbytes, self.rows.last_hash_part)
+            # foreach ops are keyed without float values: their args (None here) are rebuilt per call
+            cached_args, hash_part = (None, TraceRows.kernel_hash_prefix(kind, op, shapes, dtypes)) \
+                if op.startswith("aten::_foreach_") else (jargs, self.rows.last_hash_part)
+            self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, cached_args, out_shapes, out_dtypes,
+                                         flops, nbytes, hash_part)
         self._t_last = _clock()
         if oom is not None:
             raise oom

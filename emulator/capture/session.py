@@ -114,7 +114,7 @@ class Session:
         rec = self.recorder
         try:
             if self.policy == "emulate" and self.ns.rank == 0:  # this machine's host speed, once per job
-                self.host_speed = hostspeed.measure(repeats=3, steps=10)
+                self.host_speed = hostspeed.measure(**_HOST_SPEED_RUN)
             with rec:
                 if self.policy in ("emulate", "cpu"):  # profiling measures; its gaps are not predictions
                     self.calibrate_host_gap()
@@ -140,7 +140,7 @@ class Session:
             wall = time.perf_counter() - t0
             if getattr(self, "host_speed", None) is not None:
                 # and again at the end: the gaps span the whole run, and a shared machine's speed drifts
-                self.host_speed = hostspeed.average([self.host_speed, hostspeed.measure(repeats=3, steps=10)])
+                self.host_speed = hostspeed.average([self.host_speed, hostspeed.measure(**_HOST_SPEED_RUN)])
             self._write(wall)
         if self.ok:
             return EXIT_OK
@@ -246,6 +246,9 @@ class Session:
             "fast_path": {"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
         }
         write_json(ns.out / "ranks" / f"rank={ns.rank}.json", summary)
+
+
+_HOST_SPEED_RUN = {"repeats": 3, "steps": 10}  # ~0.1 s each time rank 0 measures (hardware inventories take longer)
 
 
 def _steady_median(gaps: list[float], calls: int) -> float:
