@@ -37,6 +37,7 @@ from emulator.roofline import roofline_durations
 SIGNATURE_COLUMNS = ["kind", "op", "shapes", "dtypes", "strides", "args", "out_shapes", "out_dtypes", "flops", "bytes"]
 COMM_COLUMNS = ["collective", "coll_bytes", "group_size", "nnodes", "gpus_per_node"]
 _JSON_COLUMNS = ("shapes", "dtypes", "strides", "out_shapes", "out_dtypes")
+NETWORK_MODEL = "network model from the cluster description (analytical)"
 
 
 class NoPredictorError(RuntimeError):
@@ -214,8 +215,15 @@ def _predict_unique(pred: Predictor, df: pd.DataFrame) -> tuple[np.ndarray, np.n
 
 
 def estimate(job: Job, spec: GPUSpec, kernels: Predictor, collectives: Predictor,
-             gpus_per_node: int | None = None) -> Estimates:
-    """Durations for every row of every rank of `job` on `spec`."""
+             gpus_per_node: int | None = None, learned_internode: bool = False) -> Estimates:
+    """Durations for every row of every rank of `job` on `spec`.
+
+    Collectives and p2p whose group spans nodes are timed by the network model of the cluster
+    description (`spec`'s NIC bandwidth and latency, labelled fallback) unless `learned_internode`:
+    a cross-node measurement describes the network it was taken on, and the public ones come from
+    other clusters' networks (the reference A100 rows reach 6 GB/s per GPU pair, a third of one
+    HDR NIC). Use the learned inter-node fit when the predictors were calibrated on this cluster.
+    """
     gpn = gpus_per_node or job.nproc_per_node
     by_source: dict[str, float] = {}
     rep_count: dict[int, int] = {}
@@ -268,7 +276,7 @@ def estimate(job: Job, spec: GPUSpec, kernels: Predictor, collectives: Predictor
                 key_rows.append(d)
             ids.append(keys[k])
         per_rank.append(ids)
-    cd, cs = _predict_unique(collectives, pd.DataFrame(key_rows)) if key_rows else (np.zeros(0), np.zeros(0))
+    cd, cs = _predict_comm(key_rows, collectives, Predictor(NETWORK_MODEL, None, spec), learned_internode)
     durations = []
     for v, ids in zip(job.ranks, per_rank, strict=True):
         arr = base[v.rep.rank]
@@ -279,5 +287,20 @@ def estimate(job: Job, spec: GPUSpec, kernels: Predictor, collectives: Predictor
             for s in ("learned", "fallback"):
                 by_source[s] = by_source.get(s, 0.0) + float(cd[ids][src == s].sum())
         durations.append(arr)
-    return Estimates(durations=durations, time_by_source=by_source, kernels=kernels.label,
-                     collectives=collectives.label)
+    label = collectives.label
+    if not learned_internode and any(d["nnodes"] > 1 for d in key_rows):
+        label += f"; between nodes: {NETWORK_MODEL}"
+    return Estimates(durations=durations, time_by_source=by_source, kernels=kernels.label, collectives=label)
+
+
+def _predict_comm(rows: list[dict], collectives: Predictor, network: Predictor,
+                  learned_internode: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Durations and sources of the distinct collective rows: within a node from `collectives`, across
+    nodes from `network` unless `learned_internode`."""
+    d, s = np.zeros(len(rows)), np.empty(len(rows), dtype=object)
+    inter = np.array([r["nnodes"] > 1 and not learned_internode for r in rows], dtype=bool)
+    for pred, mask in ((collectives, ~inter), (network, inter)):
+        idx = np.flatnonzero(mask)
+        if len(idx):
+            d[idx], s[idx] = _predict_unique(pred, pd.DataFrame([rows[i] for i in idx]))
+    return d, s

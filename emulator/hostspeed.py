@@ -6,7 +6,9 @@ or a shared VM. The same fixed workload timed on both sides gives the ratio `may
 scales host gaps by: here at emulation time (rank 0 measures before and after the program and
 writes the mean to its summary: a shared machine's speed drifts while the gaps are recorded), and
 on the GPU node by the hardware inventory of a calibration run (`pipelines.runners.hardware`). Without a
-measurement of the target's host the ratio is 1 and the prediction says so.
+measurement of the target's nodes, the newest measured node of another GPU stands in (a GPU server's
+CPU is nearer another GPU server's than the machine that emulated, often a laptop or a shared VM),
+and the prediction says it is a proxy; with no GPU node measured at all the ratio is 1.
 
 The workload: forward, backward and a foreach AdamW step of a small MLP (Linear, LayerNorm,
 GELU) on tiny CPU tensors, so the time is dispatch, autograd and Python, not arithmetic. One
@@ -109,15 +111,30 @@ def target_host_speed(gpu_key: str, warehouse: Path | None = None) -> tuple[dict
     return None, None
 
 
-def _newest_inventory(folder: Path, gpu_key: str) -> tuple[dict | None, str | None]:
-    for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+def proxy_host_speed(gpu_key: str, warehouse: Path | None = None) -> tuple[dict | None, str | None]:
+    """(host speed, where) of the newest inventory of any other GPU's nodes: the stand-in for a target
+    whose nodes were never measured."""
+    from emulator.settings import reference_root, warehouse_root
+
+    for root in (warehouse or warehouse_root(), reference_root()):
+        folders = [f for f in (root / "hardware").glob("gpu=*") if f.name not in (f"gpu={gpu_key}", "gpu=cpu")]
+        found = _newest_inventory(folders, None)
+        if found[0] is not None:
+            return found
+    return None, None
+
+
+def _newest_inventory(folders: Path | list[Path], gpu_key: str | None) -> tuple[dict | None, str | None]:
+    paths = [p for f in ([folders] if isinstance(folders, Path) else folders) for p in f.glob("*.json")]
+    for path in sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True):
         try:
             inv = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # a damaged inventory is skipped, not fatal: the next one may do
         cpu = inv.get("cpu") or {}
         if isinstance(cpu.get("host_speed"), dict):
-            return cpu["host_speed"], f"{cpu.get('model') or 'host CPU'} of the {gpu_key} node (inventory {path.stem})"
+            gpu = gpu_key or path.parent.name.removeprefix("gpu=")
+            return cpu["host_speed"], f"{cpu.get('model') or 'host CPU'} of the {gpu} node (inventory {path.stem})"
     return None, None
 
 
@@ -130,10 +147,14 @@ def host_gap_scale(local: dict | None, gpu_key: str, explicit: float | None = No
     if get_gpu(gpu_key).is_cpu:
         return {"scale": 1.0, "source": "the cpu target is this machine"}
     target, where = target_host_speed(gpu_key)
+    kind = "measured"
+    if scale_between(local, target) is None:
+        target, where = proxy_host_speed(gpu_key)
+        kind = f"proxy (no host-speed measurement of {gpu_key} nodes; `make calibrate` on one measures it)"
     scale = scale_between(local, target)
     if scale is None:
         why = ("no host-speed measurement of this machine in the trace" if not local else
-               f"no host-speed measurement of {gpu_key} nodes (run the hardware asset of `make calibrate` on one)")
+               "no host-speed measurement of any GPU node (run the hardware asset of `make calibrate` on one)")
         return {"scale": 1.0, "source": f"unscaled: this machine's host speed ({why})"}
-    return {"scale": scale, "source": f"measured: {where} vs this machine",
+    return {"scale": scale, "source": f"{kind}: {where} vs this machine",
             "local_s_per_op": local["s_per_op"], "target_s_per_op": target["s_per_op"]}

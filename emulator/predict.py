@@ -64,7 +64,7 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     kernels, collectives = load_predictors(cl.spec, roofline_only)
     est = tm = result = None
     if hang is None:
-        est = estimate(job, cl.spec, kernels, collectives, cl.gpus_per_node)
+        est = estimate(job, cl.spec, kernels, collectives, cl.gpus_per_node, cl.learned_internode)
         result = simulate(job, est.durations, cl.launch_overhead_s, cl.host_gap_scale, synchronous=cl.spec.is_cpu)
         hang = result.hang
         if hang is None:

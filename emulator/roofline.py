@@ -26,8 +26,13 @@ Collectives -- alpha-beta per algorithm, NCCL-like:
     nccl-tests bus-bandwidth factor of a ring (all_reduce 2(n-1)/n, all_gather/reduce_scatter/
     all_to_all (n-1)/n, broadcast/reduce/send/recv 1).
   * Inside one node the link is NVLink/NVSwitch (per-GPU one-direction bandwidth, PCIe when
-    the part has no NVLink) with ``intranode_latency_s`` per step; a group spanning several
-    nodes is limited by the per-GPU network bandwidth with ``internode_latency_s`` per step.
+    the part has no NVLink) with ``intranode_latency_s`` per step. A group spanning several
+    nodes crosses the network with ``internode_latency_s`` per step; each GPU has its own NIC
+    (``internode_bandwidth``, rail-optimised clusters such as DGX SuperPODs), and NCCL spreads
+    its rings over the NICs of all the group's GPUs in a node, so a collective whose group has
+    k GPUs per node gets min(k x NIC, NVLink) -- a TP16 group over two 8-GPU nodes uses all
+    eight NICs of each node, a data-parallel group with one GPU per node uses one. A p2p pair
+    across nodes uses one NIC.
   * all_reduce takes the faster of ring (2(n-1) steps) and tree (2 log2 n steps, factor 2).
   * ``eff`` = 0.8 of the link bandwidth; ``base`` = 5 us per NCCL kernel launch.
 """
@@ -107,12 +112,21 @@ def _ring_steps(collective: str, n: int) -> int:
     return n - 1
 
 
-def link(spec: GPUSpec, nnodes: int) -> tuple[float, float]:
-    """(bandwidth bytes/s, per-step latency s) of the slowest link a group on `nnodes` nodes uses."""
+def link(spec: GPUSpec, nnodes: int, gpus_in_node: int = 1) -> tuple[float, float]:
+    """(bandwidth bytes/s, per-step latency s) of the slowest link a group on `nnodes` nodes uses,
+    with `gpus_in_node` of its GPUs (and their NICs) in each node."""
+    intra = spec.nvlink_bandwidth if spec.nvlink_bandwidth > 0 else spec.pcie_bandwidth
     if nnodes > 1:
-        return spec.internode_bandwidth, spec.internode_latency_s
-    bw = spec.nvlink_bandwidth if spec.nvlink_bandwidth > 0 else spec.pcie_bandwidth
-    return bw, spec.intranode_latency_s
+        return min(intra, max(int(gpus_in_node), 1) * spec.internode_bandwidth), spec.internode_latency_s
+    return intra, spec.intranode_latency_s
+
+
+def group_link(spec: GPUSpec, collective: str, group_size: int, nnodes: int) -> tuple[float, float]:
+    """`link` for one collective: a group spread evenly over `nnodes` nodes uses the NICs of its GPUs
+    in each node; a p2p pair uses one."""
+    nodes = max(int(nnodes or 1), 1)
+    rails = 1 if collective in ("send", "recv") else math.ceil(max(int(group_size or 1), 1) / nodes)
+    return link(spec, nodes, rails)
 
 
 def collective_time(collective: str, coll_bytes: float, group_size: int, nnodes: int, gpus_per_node: int,
@@ -121,7 +135,8 @@ def collective_time(collective: str, coll_bytes: float, group_size: int, nnodes:
     `group_size` GPUs spread over `nnodes` nodes with `gpus_per_node` GPUs each.
 
     `gpus_per_node` is part of the stable signature (learned collective models use it); the
-    alpha-beta model only needs whether the group leaves the node, which `nnodes` says.
+    alpha-beta model needs only how many of the group's GPUs share a node, `group_size / nnodes`
+    (groups are spread evenly over the nodes they span).
     """
     del gpus_per_node  # see docstring
     n = max(int(group_size or 1), 1)
@@ -129,7 +144,7 @@ def collective_time(collective: str, coll_bytes: float, group_size: int, nnodes:
         n = max(n, 2)
     if n == 1:
         return launch_floor(spec)
-    bw, alpha = link(spec, max(int(nnodes or 1), 1))
+    bw, alpha = group_link(spec, collective, n, nnodes)
     size = float(coll_bytes or 0.0)
     eff_bw = LINK_EFFICIENCY * bw
     ring = _ring_steps(collective, n) * alpha + _ring_factor(collective, n) * size / eff_bw

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from emulator.hardware import get_gpu
-from emulator.roofline import collective_time, link, roofline_durations
+from emulator.roofline import collective_time, group_link, roofline_durations
 from maya_models.features import collective_columns, collective_features, ring_factor, ring_steps
 from maya_models.kernels import XGB_THREADS, check_fingerprint, roofline_fingerprint
 
@@ -41,7 +41,7 @@ def _design(cols: pd.DataFrame, spec) -> np.ndarray:
     """Columns [1, steps, factor * bytes / link_bw] of the alpha-beta prior."""
     rows = []
     for r in cols.itertuples(index=False):
-        bw, _ = link(spec, r.nnodes)
+        bw, _ = group_link(spec, r.collective, r.group_size, r.nnodes)
         rows.append([1.0, ring_steps(r.collective, r.group_size),
                      ring_factor(r.collective, r.group_size) * r.coll_bytes / bw])
     return np.array(rows, dtype=float).reshape(-1, 3)

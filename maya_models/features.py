@@ -24,7 +24,7 @@ import pandas as pd
 
 from emulator.hardware import GPUSpec
 from emulator.ops import attention_dims, collective_name, dtype_bytes, flops_and_bytes, gemm_dims, numel, op_family
-from emulator.roofline import collective_time, kernel_time, link, row_dtype
+from emulator.roofline import collective_time, group_link, kernel_time, row_dtype
 
 TILE = 128  # a typical tensor-core GEMM CTA tile edge
 
@@ -226,7 +226,7 @@ def collective_features(df: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     c = collective_columns(df)
     rows = []
     for r in c.itertuples(index=False):
-        bw, lat = link(spec, r.nnodes)
+        bw, lat = group_link(spec, r.collective, r.group_size, r.nnodes)
         analytic = collective_time(r.collective, r.coll_bytes, r.group_size, r.nnodes, r.gpus_per_node, spec)
         rows.append({
             "coll_code": float(COLLECTIVES.index(r.collective)) if r.collective in COLLECTIVES else -1.0,

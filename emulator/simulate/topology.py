@@ -15,6 +15,9 @@ file (all optional; unknown keys are an error so a typo never silently keeps a d
     launch_overhead_us = 4            # host time to launch one kernel
     host_gap_scale = 1.0              # recorded host gaps x this (0.25: the cluster's CPUs run the
                                       # script's Python 4x faster than the machine that emulated it)
+    internode_collectives = "model"   # "model": collectives across nodes from the bandwidths above;
+                                      # "learned": the collective predictor's inter-node fit, for
+                                      # predictors calibrated on this cluster's own network
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from emulator.hardware import GPUSpec, get_gpu, with_overrides
 
 CLUSTER_KEYS = {"gpu", "nnodes", "gpus_per_node", "nproc_per_node", "nvlink_bandwidth_GBps",
                 "internode_bandwidth_GBps", "intranode_latency_us", "internode_latency_us", "price_per_gpu_hour",
-                "launch_overhead_us", "host_gap_scale"}
+                "launch_overhead_us", "host_gap_scale", "internode_collectives"}
+INTERNODE_COLLECTIVES = ("model", "learned")
 DEFAULT_LAUNCH_OVERHEAD_S = 4e-6  # cudaLaunchKernel + ATen dispatch on a modern host CPU
 
 
@@ -44,6 +48,7 @@ class Cluster:
     price_per_gpu_hour: float
     launch_overhead_s: float
     host_gap_scale: float = 1.0
+    learned_internode: bool = False  # cross-node collectives from the learned fit, not the network model
 
     @property
     def world_size(self) -> int:
@@ -56,7 +61,8 @@ class Cluster:
                     internode_bandwidth_GBps=s.internode_bandwidth / 1e9,
                     intranode_latency_us=s.intranode_latency_s * 1e6, internode_latency_us=s.internode_latency_s * 1e6,
                     price_per_gpu_hour=self.price_per_gpu_hour, launch_overhead_us=self.launch_overhead_s * 1e6,
-                    host_gap_scale=self.host_gap_scale)
+                    host_gap_scale=self.host_gap_scale,
+                    internode_collectives="learned" if self.learned_internode else "model")
 
 
 def read_cluster_file(path: Path) -> dict:
@@ -103,5 +109,8 @@ def build_cluster(gpu: str, nnodes: int, gpus_per_node: int, file_settings: dict
     scale = float(f.get("host_gap_scale", 1.0))
     if scale < 0:
         raise ClusterFileError(f"host_gap_scale must be >= 0, got {scale}")
+    internode = f.get("internode_collectives", "model")
+    if internode not in INTERNODE_COLLECTIVES:
+        raise ClusterFileError(f"internode_collectives must be one of {list(INTERNODE_COLLECTIVES)}, got {internode!r}")
     return Cluster(spec=spec, nnodes=int(nnodes), gpus_per_node=int(gpus_per_node), price_per_gpu_hour=float(price),
-                   launch_overhead_s=launch, host_gap_scale=scale)
+                   launch_overhead_s=launch, host_gap_scale=scale, learned_internode=internode == "learned")

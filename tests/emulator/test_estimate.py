@@ -51,6 +51,40 @@ def test_each_distinct_signature_is_predicted_once_and_coverage_is_by_time():
     assert cov["learned"] > 0.5 and cov["learned"] + cov["fallback"] == pytest.approx(1.0)
 
 
+class _FlatCollectives:
+    """A learned collective predictor that answers 1 s for every row."""
+
+    def predict(self, df):
+        return pd.DataFrame({"duration_s": [1.0] * len(df), "source": ["learned"] * len(df)})
+
+
+def test_collectives_across_nodes_follow_the_cluster_network_not_a_learned_fit_of_another_network(tmp_path):
+    """A 16-rank DDP job on 2 nodes of 8: its all-reduces span both nodes, so the network model of the
+    cluster description times them (and halving the NIC bandwidth nearly doubles them); the same job
+    on one 16-GPU node is learned. `learned_internode` (predictors calibrated on this cluster) opts in."""
+    from emulator.hardware import with_overrides
+
+    tables = {r: ddp_rank(r, 16, iterations=1).table() for r in range(16)}
+    two_nodes = collate_tables(tables, dict(world_size=16, nnodes=2, nproc_per_node=8, gpu="h100"))
+    one_node = collate_tables(tables, dict(world_size=16, nnodes=1, nproc_per_node=16, gpu="h100"))
+    k, c = Predictor("roofline", None, H100), Predictor("flat learned", _FlatCollectives(), H100)
+    rep = two_nodes.ranks[0].rep
+    comm = rep.comm_rows
+    big = max(comm, key=lambda i: rep.coll_bytes[i])
+
+    est = estimate(two_nodes, H100, k, c, 8)
+    assert 0 < est.durations[0][big] < 0.5
+    assert "between nodes: network model from the cluster description" in est.collectives
+    slow_net = with_overrides(H100, internode_bandwidth=H100.internode_bandwidth / 2)
+    slower = estimate(two_nodes, slow_net, k, Predictor("flat learned", _FlatCollectives(), slow_net), 8)
+    assert slower.durations[0][big] == pytest.approx(2 * est.durations[0][big], rel=0.1)
+
+    opted_in = estimate(two_nodes, H100, k, c, 8, learned_internode=True)
+    assert all(opted_in.durations[0][i] == 1.0 for i in comm) and opted_in.collectives == "flat learned"
+    inside = estimate(one_node, H100, k, c, 16)
+    assert all(inside.durations[0][i] == 1.0 for i in comm) and inside.collectives == "flat learned"
+
+
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
     mlflow = pytest.importorskip("mlflow")

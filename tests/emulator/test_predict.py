@@ -48,6 +48,12 @@ def test_bad_cluster_file_and_layout_are_clear_errors(out16, tmp_path):
     assert r["ok"] is False and "unknown keys ['internode_bandwith_GBps']" in c.export_text()
     r = simulate_command(out16, nnodes=3, roofline_only=True, console=c)
     assert r["ok"] is False and "16 ranks but --nnodes 3" in r["error"]
+    bad.write_text(json.dumps({"internode_collectives": "fast"}))
+    r = simulate_command(out16, cluster=bad, roofline_only=True, console=c)
+    assert r["ok"] is False and "internode_collectives must be one of ['model', 'learned']" in r["error"]
+    bad.write_text(json.dumps({"internode_collectives": "learned"}))
+    assert simulate_command(out16, cluster=bad, roofline_only=True, console=c)["cluster"]["internode_collectives"] \
+        == "learned"
 
 
 def test_no_predictors_tells_how_to_get_them(out16, tmp_path, monkeypatch):
@@ -114,10 +120,11 @@ def test_host_gaps_scale_by_the_measured_host_speed_of_the_target_nodes(tmp_path
     from emulator.hostspeed import WORKLOAD
 
     monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "wh"))
+    monkeypatch.setenv("MAYA_REFERENCE", str(tmp_path / "no-reference"))
     here = {"workload": WORKLOAD, "s_per_op": 20e-6}
     out = write_job(tmp_path / "out", _host_bound_tables(), host_speed=here)
     unmeasured = predict_from_trace(out, roofline_only=True)
-    assert unmeasured["host_speed"]["scale"] == 1.0 and "no host-speed measurement of h100" in \
+    assert unmeasured["host_speed"]["scale"] == 1.0 and "no host-speed measurement of any GPU node" in \
         unmeasured["host_speed"]["source"]
     inventory = tmp_path / "wh" / "hardware" / "gpu=h100" / "run1.json"
     inventory.parent.mkdir(parents=True)
@@ -151,3 +158,23 @@ def test_committed_inventory_of_a_gpu_node_gives_its_host_speed(tmp_path, monkey
     got = host_gap_scale({"workload": WORKLOAD, "s_per_op": 2 * 12.9e-6}, "h200")
     assert got["scale"] == pytest.approx(0.5, rel=0.01)
     assert "node-check-h200-20261129" in got["source"]
+
+
+def test_a_target_whose_nodes_were_never_measured_takes_another_gpu_nodes_host_as_a_labelled_proxy(
+        tmp_path, monkeypatch):
+    """No a100 node was measured: the newest measured GPU node (the committed h200 one, unless the
+    warehouse has its own) stands in, and prediction.json says it is a proxy and for what."""
+    from emulator.hostspeed import WORKLOAD, host_gap_scale
+
+    monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "wh"))
+    here = {"workload": WORKLOAD, "s_per_op": 2 * 12.9e-6}
+    got = host_gap_scale(here, "a100-80gb")
+    assert got["scale"] == pytest.approx(0.5, rel=0.01)
+    assert got["source"].startswith("proxy (no host-speed measurement of a100-80gb nodes")
+    assert "of the h200 node (inventory node-check-h200-20261129)" in got["source"]
+    own = tmp_path / "wh" / "hardware" / "gpu=l40s" / "run1.json"
+    own.parent.mkdir(parents=True)
+    own.write_text(json.dumps({"cpu": {"model": "EPYC", "host_speed": {"workload": WORKLOAD, "s_per_op": 6.45e-6}}}))
+    got = host_gap_scale(here, "a100-80gb")
+    assert got["scale"] == pytest.approx(0.25, rel=0.01) and "EPYC of the l40s node" in got["source"]
+    assert host_gap_scale(here, "cpu")["scale"] == 1.0  # the cpu target is this machine: never a proxy

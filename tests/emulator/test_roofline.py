@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from emulator.hardware import get_gpu
+from emulator.hardware import get_gpu, with_overrides
 from emulator.roofline import collective_time, kernel_time, roofline_durations
 
 H100, A100 = get_gpu("h100"), get_gpu("a100-80gb")
@@ -28,8 +28,8 @@ def test_collectives_scale_with_bytes_and_leaving_the_node_costs_more():
     small = collective_time("all_reduce", 1 << 20, 8, 1, 8, H100)
     big = collective_time("all_reduce", 1 << 30, 8, 1, 8, H100)
     assert big > 100 * small
-    inter = collective_time("all_reduce", 1 << 30, 16, 2, 8, H100)
-    assert inter > 4 * big  # 50 GB/s NIC vs 450 GB/s NVLink
+    inter = collective_time("all_reduce", 1 << 30, 2, 2, 8, H100)
+    assert inter > 4 * big  # one 50 GB/s NIC vs 450 GB/s NVLink
     # ring all_gather moves (n-1)/n of the gathered buffer, all_reduce twice that
     ag = collective_time("all_gather", 1 << 30, 8, 1, 8, H100)
     assert big / ag == pytest.approx(2.0, rel=0.05)
@@ -45,3 +45,21 @@ def test_vectorised_helper_matches_scalar_functions():
     d = roofline_durations(df, H100)
     assert d[0] == pytest.approx(kernel_time(2e12, 1e8, "bfloat16", "gemm", H100))
     assert d[1] == pytest.approx(collective_time("all_reduce", 1 << 28, 8, 1, 8, H100))
+
+
+def test_a_group_spanning_nodes_uses_the_nics_of_all_its_gpus_in_a_node():
+    """Rail-optimised clusters: NCCL spreads its rings over the NICs of the group's GPUs in each node,
+    so TP16 over two 8-GPU nodes moves data over 8 NICs per node; one GPU per node uses one NIC; a
+    p2p pair uses one. The node's NVLink caps it. (Ring: 5 us per step between nodes, 5 us launch.)"""
+    a100 = A100  # 25 GB/s HDR NIC per GPU, 300 GB/s NVLink
+    size = 200e6
+    tp16 = collective_time("all_reduce", size, 16, 2, 8, a100)
+    dp_one_per_node = collective_time("all_reduce", size, 2, 2, 8, a100)
+    assert tp16 == pytest.approx(5e-6 + 30 * 5e-6 + 2 * 15 / 16 * size / (0.8 * 8 * 25e9), rel=0.02)
+    assert dp_one_per_node == pytest.approx(5e-6 + 2 * 5e-6 + 2 * 1 / 2 * size / (0.8 * 25e9), rel=0.02)
+    four_per_node = collective_time("all_gather", size, 8, 2, 8, a100)
+    assert four_per_node == pytest.approx(5e-6 + 7 * 5e-6 + 7 / 8 * size / (0.8 * 4 * 25e9), rel=0.02)
+    assert collective_time("send", size, 2, 2, 8, a100) == pytest.approx(5e-6 + 5e-6 + size / (0.8 * 25e9), rel=0.02)
+    fat_nics = with_overrides(a100, internode_bandwidth=100e9)
+    capped = collective_time("all_reduce", size, 16, 2, 8, fat_nics)  # 8 x 100 GB/s > 300 GB/s NVLink
+    assert capped == pytest.approx(5e-6 + 30 * 5e-6 + 2 * 15 / 16 * size / (0.8 * a100.nvlink_bandwidth), rel=0.02)
