@@ -128,6 +128,9 @@ class Recorder(TorchDispatchMode):
         self._emulator_code_since = None  # see emulator_code_until_next_event
         self.device_queries = 0
         self.device_query_cost = 0.0
+        # what each gap was before those prices, so the run can be re-priced at its end (`reprice`):
+        # (row index, unpriced gap, extra crossings, device queries, on the backward thread)
+        self.gap_parts: list[tuple[int, float, int, int, bool]] = []
         self.probing = 0  # > 0 inside library code that runs ops only to learn output metadata
         # MAYA_EMULATOR_FASTPATH=0 turns the signature cache off (tests compare both paths' traces)
         self._fast = policy == "emulate" and os.environ.get("MAYA_EMULATOR_FASTPATH", "1") != "0"
@@ -420,11 +423,32 @@ class Recorder(TorchDispatchMode):
             own += self.memory.overhead_s
             self.memory.overhead_s = 0.0
         in_backward = torch._C._current_graph_task_id() != -1
-        baseline = self.gap_baseline_backward if in_backward else self.gap_baseline
         # the baseline prices this call's own crossing; the unrecorded ones since the last event are extra
-        own += max(self.crossings - 1, 0) * self.crossing_cost + self.device_queries * self.device_query_cost
+        extra, queries = max(self.crossings - 1, 0), self.device_queries
         self.crossings = self.device_queries = 0
-        return max(t_enter - self._t_last - own - baseline, 0.0)
+        unpriced = t_enter - self._t_last - own
+        self.gap_parts.append((len(self.rows), unpriced, extra, queries, in_backward))
+        baseline = self.gap_baseline_backward if in_backward else self.gap_baseline
+        return max(unpriced - extra * self.crossing_cost - queries * self.device_query_cost - baseline, 0.0)
+
+    def prices(self) -> dict:
+        """The per-call prices of the emulator's own cost that gaps are charged (seconds)."""
+        return {"device_query": self.device_query_cost, "crossing": self.crossing_cost,
+                "forward": self.gap_baseline, "backward": self.gap_baseline_backward}
+
+    def set_prices(self, prices: dict) -> None:
+        self.device_query_cost, self.crossing_cost = prices["device_query"], prices["crossing"]
+        self.gap_baseline, self.gap_baseline_backward = prices["forward"], prices["backward"]
+
+    def reprice(self) -> None:
+        """Recompute every recorded gap with the current prices (a row's last `_gap` call wins: an
+        event that failed before its row was added left an entry the next one overwrites)."""
+        gaps = self.rows.cols["host_gap_s"]
+        n = len(gaps)
+        c, q, fwd, bwd = self.crossing_cost, self.device_query_cost, self.gap_baseline, self.gap_baseline_backward
+        for row, unpriced, extra, queries, backward in self.gap_parts:
+            if row < n:
+                gaps[row] = max(unpriced - extra * c - queries * q - (bwd if backward else fwd), 0.0)
 
     def _record_cached(self, row, func, args, kwargs, op, keyed, gap):
         """A repeated signature: the same row fields as its first call, fresh outputs, live bookkeeping.

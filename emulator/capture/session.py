@@ -19,7 +19,6 @@ import torch
 from emulator import hostspeed
 from emulator.capture import state
 from emulator.capture.recorder import Recorder, StopEmulation
-from emulator.capture.trace_rows import TraceRows
 from emulator.hardware import GPUSpec
 from emulator.trace.io import write_json, write_rank_trace
 from emulator.worker import EXIT_FAILED, EXIT_OK, EXIT_OOM
@@ -138,6 +137,12 @@ class Session:
 
             fake_pg.shutdown()
             wall = time.perf_counter() - t0
+            if self.ok and self.policy in ("emulate", "cpu"):
+                try:
+                    self.reprice_host_gaps()
+                except Exception as e:  # noqa: BLE001 - the start prices stand; the trace is not lost
+                    print(f"maya: host-gap prices not measured again at the end ({type(e).__name__}: {e})",
+                          file=sys.stderr)
             if getattr(self, "host_speed", None) is not None:
                 # and again at the end: the gaps span the whole run, and a shared machine's speed drifts
                 self.host_speed = hostspeed.average([self.host_speed, hostspeed.measure(**_HOST_SPEED_RUN)])
@@ -164,9 +169,45 @@ class Session:
         interleaved pairs and the median difference kept, because a shared machine's speed drifts
         between two loops run one after the other (single pairs gave crossing prices of 3 to 30 us
         on this VM). A real GPU host pays a launch cost instead, which the simulator adds per call.
-        The loops' rows and allocations are discarded.
+        The loops leave no rows, op hash or memory peak behind.
         """
         rec = self.recorder
+        prices = self._measure_prices(calls, rounds)
+        rec.set_prices(prices)
+        rec.gap_parts = []
+        if rec.memory is not None:
+            rec.memory.allocator.reset_peak()
+        self.host_gap_baseline_s = prices
+        self.host_gap_price_samples = [prices]
+        return prices
+
+    def reprice_host_gaps(self, calls: int = 400, rounds: int = 5) -> dict:
+        """Measure the prices again after the program and charge every gap their mean.
+
+        Why: the prices are a large share of each raw gap (tens of us against a program's few us
+        per op), and a shared machine's speed drifts by 2x over minutes; prices measured only at the
+        start, in a fast or a slow moment, inflate or deflate every gap of the run (host-bound
+        validation rows were over-predicted most where the start prices were lowest). The same
+        before/after mean as the host-speed measurement they are compared with."""
+        rec = self.recorder
+        with rec:
+            end = self._measure_prices(calls, rounds)
+        samples = [*getattr(self, "host_gap_price_samples", []), end]
+        mean = {k: sum(p[k] for p in samples) / len(samples) for k in end}
+        rec.set_prices(mean)
+        rec.reprice()
+        self.host_gap_baseline_s = mean
+        self.host_gap_price_samples = samples
+        return mean
+
+    def _measure_prices(self, calls: int, rounds: int) -> dict:
+        rec = self.recorder
+        point = rec.rows.checkpoint()
+        parts = len(rec.gap_parts)
+        mem = rec.memory
+        peaks = (mem.allocator.peak_allocated, mem.allocator.peak_reserved, mem.oom) if mem is not None else None
+        before = rec.prices()
+        rec.set_prices({"device_query": 0.0, "crossing": 0.0, "forward": 0.0, "backward": 0.0})
         gaps = rec.rows.cols["host_gap_s"]
         x = torch.empty(256, device="cuda" if self.policy == "emulate" else "cpu")
         per_round = max(calls // rounds, 30)
@@ -181,28 +222,30 @@ class Session:
             diffs = sorted(loop(more, per_round) - loop(plain, per_round) for _ in range(rounds))
             return max(diffs[len(diffs) // 2], 0.0) / times
 
-        add = lambda: torch.add(x, x)  # noqa: E731
-        if self.policy == "emulate":  # CPU tensors answer device queries in C++
-            rec.device_query_cost = extra_cost(add, lambda: (x.get_device(), x.get_device(), x.get_device(),
-                                                             x.get_device(), torch.add(x, x)), 4)
-        rec.crossing_cost = extra_cost(add, lambda: torch.add(x.view(-1).view(16, 16).view(256), x), 3)
-        w = torch.empty(256, device=x.device, requires_grad=True)
-        chain = [w]
-        forward = loop(lambda: chain.append(chain[-1] * 1.5))
-        cols = rec.rows.cols
-        start = len(gaps)
-        chain[-1].sum().backward()
-        backward = [g for g, ph, op in zip(gaps[start:], cols["phase"][start:], cols["op"][start:], strict=True)
-                    if ph == "backward" and op == "aten::mul"]
-        chain.clear()
-        rec.gap_baseline = forward
-        rec.gap_baseline_backward = _steady_median(backward, calls)
-        rec.rows = TraceRows(rec.rows.rank)
-        if rec.memory is not None:
-            rec.memory.allocator.reset_peak()
-        self.host_gap_baseline_s = {"device_query": rec.device_query_cost, "crossing": rec.crossing_cost,
-                                    "forward": rec.gap_baseline, "backward": rec.gap_baseline_backward}
-        return self.host_gap_baseline_s
+        try:
+            with torch.enable_grad():
+                add = lambda: torch.add(x, x)  # noqa: E731
+                if self.policy == "emulate":  # CPU tensors answer device queries in C++
+                    rec.device_query_cost = extra_cost(add, lambda: (x.get_device(), x.get_device(), x.get_device(),
+                                                                     x.get_device(), torch.add(x, x)), 4)
+                rec.crossing_cost = extra_cost(add, lambda: torch.add(x.view(-1).view(16, 16).view(256), x), 3)
+                w = torch.empty(256, device=x.device, requires_grad=True)
+                chain = [w]
+                forward = loop(lambda: chain.append(chain[-1] * 1.5))
+                cols = rec.rows.cols
+                start = len(gaps)
+                chain[-1].sum().backward()
+                backward = [g for g, ph, op in zip(gaps[start:], cols["phase"][start:], cols["op"][start:],
+                                                   strict=True) if ph == "backward" and op == "aten::mul"]
+                chain.clear()
+            return {"device_query": rec.device_query_cost, "crossing": rec.crossing_cost,
+                    "forward": forward, "backward": _steady_median(backward, calls)}
+        finally:
+            rec.set_prices(before)
+            rec.rows.rollback(point)
+            del rec.gap_parts[parts:]
+            if peaks is not None:  # the loops' tensors are the emulator's, not the program's
+                mem.allocator.peak_allocated, mem.allocator.peak_reserved, mem.oom = peaks
 
     def _oom(self) -> bool:
         mem = self.recorder.memory
@@ -242,6 +285,7 @@ class Session:
             # host_gap_s is process CPU time less the emulator's own (see emulator.capture.recorder)
             "host_clock": "process_cpu",
             "host_gap_baseline_s": getattr(self, "host_gap_baseline_s", 0.0),
+            "host_gap_price_samples": getattr(self, "host_gap_price_samples", []),
             "host_speed": getattr(self, "host_speed", None),
             "fast_path": {"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
         }

@@ -80,6 +80,16 @@ class TraceRows:
     def kernel_hash_part(prefix: bytes, args: str) -> bytes:
         return prefix + json.dumps(args).encode() + b',"",0,null]'
 
+    def checkpoint(self) -> tuple[int, object, bytes | None]:
+        """A point `rollback` can return to (rows added after it are dropped, op hash included)."""
+        return len(self), self._hash.copy(), getattr(self, "last_hash_part", None)
+
+    def rollback(self, point: tuple[int, object, bytes | None]) -> None:
+        n, digest, last = point
+        for col in self.cols.values():
+            del col[n:]
+        self._hash, self.last_hash_part = digest, last
+
     def op_hash(self) -> str:
         return self._hash.hexdigest()
 

@@ -197,6 +197,12 @@ def test_host_gaps_are_the_programs_time_not_the_emulators(tmp_path):
     per_step = steady.groupby("iteration").host_gap_s.sum().median()
     assert emu.summary["host_gap_baseline_s"]["crossing"] > 0
     assert per_step < 2.5 * real_step, (per_step, real_step)
+    # the prices are measured before and after the program and every gap is charged their mean;
+    # the loops that measure them leave nothing in the trace
+    start, end = emu.summary["host_gap_price_samples"]
+    mean = emu.summary["host_gap_baseline_s"]
+    assert all(mean[k] == pytest.approx((start[k] + end[k]) / 2) for k in mean)
+    assert not any(shapes is not None and len(shapes) and list(shapes[0]) == [256] for shapes in emu.trace.shapes)
 
 
 def test_values_that_came_from_the_host_read_as_on_the_gpu(tmp_path):
