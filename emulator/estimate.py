@@ -221,7 +221,7 @@ def estimate(job: Job, spec: GPUSpec, kernels: Predictor, collectives: Predictor
     Collectives and p2p whose group spans nodes are timed by the network model of the cluster
     description (`spec`'s NIC bandwidth and latency, labelled fallback) unless `learned_internode`:
     a cross-node measurement describes the network it was taken on, and the public ones come from
-    other clusters' networks (the reference A100 rows reach 6 GB/s per GPU pair, a third of one
+    other clusters' networks (the reference A100 rows reach 6-8 GB/s per GPU pair, a quarter of one
     HDR NIC). Use the learned inter-node fit when the predictors were calibrated on this cluster.
     """
     gpn = gpus_per_node or job.nproc_per_node
