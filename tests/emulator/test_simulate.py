@@ -199,3 +199,23 @@ def test_on_a_cpu_target_host_work_and_kernels_add_up_instead_of_overlapping():
     # a GPU host runs ahead and kernels queue behind each other; a CPU runs each op itself, in turn
     assert gpu_like.end[0][-1] == pytest.approx(max(4e-3 + 4 * 4e-6, 1e-3 + 4e-6 + 3 * kernel) + kernel, rel=1e-6)
     assert cpu.end[0][-1] == pytest.approx(4 * (1e-3 + kernel), rel=1e-6)
+
+
+def test_a_steady_iteration_is_never_shorter_than_its_host_work():
+    """The first iteration ends with a long GEMM; the next ones are host-bound (1.1 ms of host work,
+    tiny kernels). The second's host work runs under the first's GEMM, so end to end it looks shorter
+    than its own host work; the steady-state time keeps the floor a real run settles to (a rank's host
+    runs its iterations one after the other)."""
+    b = TraceBuilder(0, host_gap_s=1e-4)
+    for it in range(3):
+        b.iteration = it
+        for _ in range(10):
+            b.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
+        if it == 0:
+            b.mm(8192, 8192, 8192)  # ~1.5 ms on an H100
+    res, tm = _run(collate_tables({0: b.table()}, _summary(1)))
+    host_per_iteration = 10 * (1e-4 + 4e-6)
+    assert tm.iterations_s[1] < 0.5 * host_per_iteration  # the head start
+    assert tm.iteration_time_s == pytest.approx(host_per_iteration, rel=1e-6)
+    bd = tm.breakdown_s
+    assert bd["compute"] + bd["exposed_communication"] + bd["idle"] == pytest.approx(tm.iteration_time_s, rel=1e-6)
