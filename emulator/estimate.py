@@ -276,7 +276,9 @@ def estimate(job: Job, spec: GPUSpec, kernels: Predictor, collectives: Predictor
                 key_rows.append(d)
             ids.append(keys[k])
         per_rank.append(ids)
-    cd, cs = _predict_comm(key_rows, collectives, Predictor(NETWORK_MODEL, None, spec), learned_internode)
+    # the roofline already is the network model: only a learned predictor is split at the node boundary
+    network_apart = not learned_internode and collectives.model is not None
+    cd, cs = _predict_comm(key_rows, collectives, Predictor(NETWORK_MODEL, None, spec), network_apart)
     durations = []
     for v, ids in zip(job.ranks, per_rank, strict=True):
         arr = base[v.rep.rank]
@@ -288,17 +290,17 @@ def estimate(job: Job, spec: GPUSpec, kernels: Predictor, collectives: Predictor
                 by_source[s] = by_source.get(s, 0.0) + float(cd[ids][src == s].sum())
         durations.append(arr)
     label = collectives.label
-    if not learned_internode and any(d["nnodes"] > 1 for d in key_rows):
+    if network_apart and any(d["nnodes"] > 1 for d in key_rows):
         label += f"; between nodes: {NETWORK_MODEL}"
     return Estimates(durations=durations, time_by_source=by_source, kernels=kernels.label, collectives=label)
 
 
 def _predict_comm(rows: list[dict], collectives: Predictor, network: Predictor,
-                  learned_internode: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Durations and sources of the distinct collective rows: within a node from `collectives`, across
-    nodes from `network` unless `learned_internode`."""
+                  network_apart: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Durations and sources of the distinct collective rows: from `collectives`, except those across
+    nodes when `network_apart`, which `network` times."""
     d, s = np.zeros(len(rows)), np.empty(len(rows), dtype=object)
-    inter = np.array([r["nnodes"] > 1 and not learned_internode for r in rows], dtype=bool)
+    inter = np.array([network_apart and r["nnodes"] > 1 for r in rows], dtype=bool)
     for pred, mask in ((collectives, ~inter), (network, inter)):
         idx = np.flatnonzero(mask)
         if len(idx):

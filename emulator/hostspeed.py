@@ -102,39 +102,31 @@ def scale_between(local: dict | None, target: dict | None) -> float | None:
 def target_host_speed(gpu_key: str, warehouse: Path | None = None) -> tuple[dict | None, str | None]:
     """(host speed, where it came from) of the newest hardware inventory of `gpu_key`'s nodes, if any:
     the warehouse's own (a calibration run), else the committed ones in the reference folder."""
-    from emulator.settings import reference_root, warehouse_root
-
-    for root in (warehouse or warehouse_root(), reference_root()):
-        found = _newest_inventory(root / "hardware" / f"gpu={gpu_key}", gpu_key)
-        if found[0] is not None:
-            return found
-    return None, None
+    return _newest_inventory(lambda folder: folder.name == f"gpu={gpu_key}", warehouse)
 
 
 def proxy_host_speed(gpu_key: str, warehouse: Path | None = None) -> tuple[dict | None, str | None]:
     """(host speed, where) of the newest inventory of any other GPU's nodes: the stand-in for a target
     whose nodes were never measured."""
+    return _newest_inventory(lambda folder: folder.name not in (f"gpu={gpu_key}", "gpu=cpu"), warehouse)
+
+
+def _newest_inventory(wanted, warehouse: Path | None) -> tuple[dict | None, str | None]:
+    """The newest inventory with a host speed in the `gpu=*` folders `wanted` accepts: the warehouse's
+    first, then the committed reference folder's."""
     from emulator.settings import reference_root, warehouse_root
 
     for root in (warehouse or warehouse_root(), reference_root()):
-        folders = [f for f in (root / "hardware").glob("gpu=*") if f.name not in (f"gpu={gpu_key}", "gpu=cpu")]
-        found = _newest_inventory(folders, None)
-        if found[0] is not None:
-            return found
-    return None, None
-
-
-def _newest_inventory(folders: Path | list[Path], gpu_key: str | None) -> tuple[dict | None, str | None]:
-    paths = [p for f in ([folders] if isinstance(folders, Path) else folders) for p in f.glob("*.json")]
-    for path in sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            inv = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # a damaged inventory is skipped, not fatal: the next one may do
-        cpu = inv.get("cpu") or {}
-        if isinstance(cpu.get("host_speed"), dict):
-            gpu = gpu_key or path.parent.name.removeprefix("gpu=")
-            return cpu["host_speed"], f"{cpu.get('model') or 'host CPU'} of the {gpu} node (inventory {path.stem})"
+        paths = [p for f in (root / "hardware").glob("gpu=*") if wanted(f) for p in f.glob("*.json")]
+        for path in sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True):
+            try:
+                inv = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # a damaged inventory is skipped, not fatal: the next one may do
+            cpu = inv.get("cpu") or {}
+            if isinstance(cpu.get("host_speed"), dict):
+                gpu = path.parent.name.removeprefix("gpu=")
+                return cpu["host_speed"], f"{cpu.get('model') or 'host CPU'} of the {gpu} node (inventory {path.stem})"
     return None, None
 
 
@@ -146,12 +138,13 @@ def host_gap_scale(local: dict | None, gpu_key: str, explicit: float | None = No
 
     if get_gpu(gpu_key).is_cpu:
         return {"scale": 1.0, "source": "the cpu target is this machine"}
-    target, where = target_host_speed(gpu_key)
     kind = "measured"
-    if scale_between(local, target) is None:
-        target, where = proxy_host_speed(gpu_key)
-        kind = f"proxy (no host-speed measurement of {gpu_key} nodes; `make calibrate` on one measures it)"
+    target, where = target_host_speed(gpu_key)
     scale = scale_between(local, target)
+    if scale is None:
+        kind = f"proxy (no host-speed measurement of {gpu_key} nodes; `make calibrate` on one measures it)"
+        target, where = proxy_host_speed(gpu_key)
+        scale = scale_between(local, target)
     if scale is None:
         why = ("no host-speed measurement of this machine in the trace" if not local else
                "no host-speed measurement of any GPU node (run the hardware asset of `make calibrate` on one)")

@@ -112,21 +112,16 @@ def _ring_steps(collective: str, n: int) -> int:
     return n - 1
 
 
-def link(spec: GPUSpec, nnodes: int, gpus_in_node: int = 1) -> tuple[float, float]:
-    """(bandwidth bytes/s, per-step latency s) of the slowest link a group on `nnodes` nodes uses,
-    with `gpus_in_node` of its GPUs (and their NICs) in each node."""
-    intra = spec.nvlink_bandwidth if spec.nvlink_bandwidth > 0 else spec.pcie_bandwidth
-    if nnodes > 1:
-        return min(intra, max(int(gpus_in_node), 1) * spec.internode_bandwidth), spec.internode_latency_s
-    return intra, spec.intranode_latency_s
-
-
 def group_link(spec: GPUSpec, collective: str, group_size: int, nnodes: int) -> tuple[float, float]:
-    """`link` for one collective: a group spread evenly over `nnodes` nodes uses the NICs of its GPUs
-    in each node; a p2p pair uses one."""
+    """(bandwidth bytes/s, per-step latency s) of the slowest link `collective` uses on a group of
+    `group_size` GPUs spread evenly over `nnodes` nodes: NVLink (PCIe without it) inside a node;
+    between nodes the NICs of the group's GPUs in a node (one for a p2p pair), capped by NVLink."""
+    intra = spec.nvlink_bandwidth if spec.nvlink_bandwidth > 0 else spec.pcie_bandwidth
     nodes = max(int(nnodes or 1), 1)
+    if nodes == 1:
+        return intra, spec.intranode_latency_s
     rails = 1 if collective in ("send", "recv") else math.ceil(max(int(group_size or 1), 1) / nodes)
-    return link(spec, nodes, rails)
+    return min(intra, rails * spec.internode_bandwidth), spec.internode_latency_s
 
 
 def collective_time(collective: str, coll_bytes: float, group_size: int, nnodes: int, gpus_per_node: int,
