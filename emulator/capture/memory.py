@@ -1,8 +1,10 @@
 """Device memory of one emulated rank: every storage on the fake GPU goes through the caching allocator.
 
 Why storages (not tensors): views share a storage, and a storage is freed when its last view
-dies. A storage's Python object lives as long as its StorageImpl, so a `weakref.finalize` on it
-fires exactly at the free. FSDP2 frees and re-grows parameter storages with
+dies. A storage's Python object lives as long as its StorageImpl, so a weak reference to it
+calls back exactly at the free (a plain `weakref.ref` with a callback, kept in `_live` next to
+the allocator handle: `weakref.finalize` costs several times more, and this runs for every
+tensor the program creates). FSDP2 frees and re-grows parameter storages with
 `untyped_storage().resize_()`, which is not an aten op, so `UntypedStorage.resize_` is wrapped.
 
 When the allocator cannot fit a request, the script gets `torch.cuda.OutOfMemoryError` with the
@@ -31,7 +33,7 @@ class DeviceMemory:
         self.enforce = enforce
         self.oom = False
         self.oom_message: str | None = None
-        self._live: dict[int, int] = {}  # storage cdata -> allocator handle
+        self._live: dict[int, tuple[int, weakref.ref | None]] = {}  # storage cdata -> (allocator handle, its ref)
         self._orig_resize = None
         # CPU time of frees and storage resizes, which run inside the program's code (a storage dies,
         # FSDP resizes one): emulator work that the recorder excludes from host gaps
@@ -49,10 +51,13 @@ class DeviceMemory:
 
     def _free(self, key: int) -> None:
         t0 = time.process_time()
-        handle = self._live.pop(key, None)
-        if handle:
-            self.allocator.free(handle)
+        entry = self._live.pop(key, None)
+        if entry is not None and entry[0]:
+            self.allocator.free(entry[0])
         self.overhead_s += time.process_time() - t0
+
+    def _track(self, storage, key: int, handle: int) -> None:
+        self._live[key] = (handle, weakref.ref(storage, lambda _ref, key=key: self._free(key)))
 
     def see(self, t: torch.Tensor, stream: int) -> None:
         """Account for `t`'s storage if it is on the device and new."""
@@ -62,23 +67,23 @@ class DeviceMemory:
         key = st._cdata
         if key in self._live:
             return
-        nbytes = st.nbytes()
-        handle = self._malloc(nbytes, stream)  # raises OutOfMemoryError before anything is tracked
-        self._live[key] = handle
-        weakref.finalize(st, self._free, key)
+        handle = self._malloc(st.nbytes(), stream)  # raises OutOfMemoryError before anything is tracked
+        self._track(st, key, handle)
+
+    def see_fresh(self, t: torch.Tensor, nbytes: int, stream: int) -> None:
+        """`see` for a device tensor known to own a storage of `nbytes` nobody has seen (the fast path's
+        fresh outputs: their size comes from the signature cache, not from the storage)."""
+        st = t.untyped_storage()
+        self._track(st, st._cdata, self._malloc(nbytes, stream))
 
     def resized(self, storage, new_nbytes: int, stream: int) -> None:
         """`UntypedStorage.resize_` on a device storage: free the old block, allocate the new size."""
         key = storage._cdata
         old = self._live.pop(key, None)
-        if old:
-            self.allocator.free(old)
+        if old is not None and old[0]:
+            self.allocator.free(old[0])
         if new_nbytes > 0:
-            handle = self._malloc(new_nbytes, stream)
-            first_time = old is None
-            self._live[key] = handle
-            if first_time:
-                weakref.finalize(storage, self._free, key)
+            self._track(storage, key, self._malloc(new_nbytes, stream))
 
     def install_resize_hook(self, current_stream) -> None:
         orig = torch.UntypedStorage.resize_

@@ -138,7 +138,7 @@ class Recorder(TorchDispatchMode):
         self._out_specs: dict = {}  # call key -> fastpath output spec (None: uncacheable)
         self._row_cache: dict = {}  # call key -> the row fields a repeated call reproduces
         self._noted = 0  # placeholders + unsupported ops seen; a call that adds one is not cached
-        self.op_name: dict = {}  # OpOverload -> canonical name
+        self._op_info: dict = {}  # OpOverload -> _learn_op's answer
         self._lock = threading.RLock()
         # real values of small device tensors whose data came from the host (read by .item() and friends)
         self.shadows = Shadows() if policy == "emulate" else None
@@ -292,20 +292,30 @@ class Recorder(TorchDispatchMode):
         t_enter = _clock()
         self.crossings += 1
         kwargs = kwargs or {}
-        if isinstance(func, HigherOrderOperator):
+        info = self._op_info.get(func)
+        if info is None:
+            info = self._op_info[func] = self._learn_op(func)
+        op, keyable, any_float, view = info
+        if op is None:
             return self._record_higher_order(func, args, kwargs, t_enter)
         if self.probing:
             # metadata probes (DTensor's sharding propagation): no device work, no device memory
-            with self.fake_mode:
-                return func(*args, **kwargs)
-        op = self.op_name.get(func)
-        if op is None:
-            op = self.op_name[func] = canonical_op(func.name())
-        # only aten/prims ops take the fast path: their fake kernels are pure functions of metadata
-        # (c10d and custom ops may have side effects in their fake implementations)
-        keyed = None
-        if self._fast and op.startswith(("aten::", "prims::")):
-            keyed = fastpath.call_key(func, args, kwargs, any_float=op.startswith("aten::_foreach_"))
+            try:
+                with self.fake_mode:
+                    return func(*args, **kwargs)
+            finally:
+                self._forget_signatures(args, kwargs)
+        keyed = fastpath.call_key(func, args, kwargs, any_float) if keyable else None
+        if view and keyed is not None and keyed[1]:
+            spec = self._out_specs.get(keyed[0])
+            if spec is not None:  # a view seen before: the cheapest and most frequent call of all
+                self.fast_hits += 1
+                new: list = []
+                out = fastpath.rebuild(spec, keyed[1], self.fake_mode, new)
+                if new and self.memory is not None:
+                    self._see_outputs(out, new)
+                self._overhead += _clock() - t_enter  # emulator time, not the program's host time
+                return out
         if keyed is None or not keyed[1]:
             # a keyed call with fake tensors has no wrapper subclass and is on the device by construction
             flat = _flatten(args) + list(kwargs.values())
@@ -324,12 +334,23 @@ class Recorder(TorchDispatchMode):
             from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
             return AsyncCollectiveTensor(args[0])
-        if is_view_op(op) or op == "prim::device":
+        if view:
             out = self._run(func, args, kwargs, op, record=False, keyed=keyed)
             self._overhead += _clock() - t_enter  # emulator time, not the program's host time
             return out
         with self._lock:
             return self._record_op(func, args, kwargs, op, t_enter, keyed)
+
+    def _learn_op(self, func) -> tuple[str | None, bool, bool, bool]:
+        """What the dispatch needs to know of an operator, once: (canonical name, None for a higher-order
+        op; takes the signature cache; float values left out of its key; records no row)."""
+        if isinstance(func, HigherOrderOperator):
+            return None, False, False, False
+        op = canonical_op(func.name())
+        # only aten/prims ops take the fast path: their fake kernels are pure functions of metadata
+        # (c10d and custom ops may have side effects in their fake implementations)
+        keyable = self._fast and op.startswith(("aten::", "prims::"))
+        return op, keyable, op.startswith("aten::_foreach_"), is_view_op(op) or op == "prim::device"
 
     def _run(self, func, args, kwargs, op, record=True, keyed=None):
         if keyed is not None:
@@ -347,15 +368,25 @@ class Recorder(TorchDispatchMode):
 
     def _fake_call(self, func, args, kwargs, op):
         """Run the op's fake kernel; an op without one gets a best-guess output and is listed as unsupported."""
-        with self.fake_mode:
-            try:
-                return func(*args, **kwargs)
-            except _NOT_FAKEABLE as e:
-                return self._best_guess(func, args, kwargs, op, e)
-            except RuntimeError as e:
-                if not _missing_kernel(e):
-                    raise
-                return self._best_guess(func, args, kwargs, op, e)
+        try:
+            with self.fake_mode:
+                try:
+                    return func(*args, **kwargs)
+                except _NOT_FAKEABLE as e:
+                    return self._best_guess(func, args, kwargs, op, e)
+                except RuntimeError as e:
+                    if not _missing_kernel(e):
+                        raise
+                    return self._best_guess(func, args, kwargs, op, e)
+        finally:
+            self._forget_signatures(args, kwargs)
+
+    @staticmethod
+    def _forget_signatures(args, kwargs) -> None:
+        """A call that did not come from the signature cache may have changed its inputs' metadata."""
+        fastpath.forget_signatures(args)
+        if kwargs:
+            fastpath.forget_signatures(kwargs.values())
 
     def _run_cached(self, func, args, kwargs, op, keyed):
         """(output, its fresh-storage tensors or None if unknown) from the signature cache; a miss runs
@@ -385,9 +416,17 @@ class Recorder(TorchDispatchMode):
             self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None)
 
     def _see_outputs(self, out, new: list | None = None) -> None:
-        """Account for the outputs' device storages; `new`: just the fresh ones, when the fast path knows."""
+        """Account for the outputs' device storages; `new`: just the fresh ones with their sizes, when the
+        fast path knows (`fastpath.rebuild`)."""
+        if new is not None:
+            if new:
+                stream = self.stream_id()
+                for t, nbytes in new:
+                    if nbytes is not None:  # None: a fake host tensor
+                        self.memory.see_fresh(t, nbytes, stream)
+            return
         stream = self.stream_id()
-        for t in (new if new is not None else signature.outputs(out)[2]):
+        for t in signature.outputs(out)[2]:
             if t.device.type == "cuda" and not is_wrapper_subclass(t):
                 self.memory.see(t, stream)
 

@@ -62,6 +62,9 @@ class Session:
 
             checkpoint.install(rec, stream_id)
             libraries.install(rec.fake_mode)
+            from emulator.capture import fastpath
+
+            fastpath.install()
         from emulator.distributed import fake_pg
 
         measuring = self.policy in ("profile", "time")

@@ -99,23 +99,32 @@ class _Block:
         self.key = 0
 
 
-class _Stat:
-    """current / peak / allocated (cumulative increases) / freed, like c10's Stat."""
+# A stat is one flat list: [current, peak, allocated, freed] for all pools, then the same four for
+# the small and the large pool (offset 4 and 8), like c10's Stat triple. Flat lists and two module
+# functions instead of objects with methods: the allocator updates several stats per malloc and
+# free, and those run for every tensor the emulated program creates.
+_SMALL_OFF, _LARGE_OFF = 4, 8
+_OFFSET = (_SMALL_OFF, _LARGE_OFF)  # by pool
 
-    __slots__ = ("current", "peak", "allocated", "freed")
 
-    def __init__(self):
-        self.current = self.peak = self.allocated = self.freed = 0
+def _inc(v: list, off: int, n: int) -> None:
+    c = v[0] + n
+    v[0] = c
+    v[2] += n
+    if c > v[1]:
+        v[1] = c
+    c = v[off] + n
+    v[off] = c
+    v[off + 2] += n
+    if c > v[off + 1]:
+        v[off + 1] = c
 
-    def inc(self, n: int) -> None:
-        self.current += n
-        self.allocated += n
-        if self.current > self.peak:
-            self.peak = self.current
 
-    def dec(self, n: int) -> None:
-        self.current -= n
-        self.freed += n
+def _dec(v: list, off: int, n: int) -> None:
+    v[0] -= n
+    v[3] += n
+    v[off] -= n
+    v[off + 3] += n
 
 
 _STAT_NAMES = ("allocated_bytes", "reserved_bytes", "requested_bytes", "inactive_split_bytes",
@@ -143,8 +152,7 @@ class CachingAllocator:
         self._streams: dict[int, int] = {}  # caller's stream id -> dense index (keys need small ints)
         self._next_addr = 1 << 21
         self._next_handle = 1
-        # stats[name][0=all, 1=small, 2=large]
-        self._stats = {name: (_Stat(), _Stat(), _Stat()) for name in _STAT_NAMES}
+        self._stats = {name: [0] * 12 for name in _STAT_NAMES}  # see _inc
         self.num_alloc_retries = 0
         self.num_ooms = 0
         self.num_device_alloc = 0
@@ -167,15 +175,13 @@ class CachingAllocator:
         size = round_size(nbytes)
         pool = _SMALL if size <= SMALL_SIZE else _LARGE
         st = self._stats
-        p = pool + 1
+        off = _OFFSET[pool]
         block = self._take_free(pool, sidx, size)
         if block is None:
             block = self._new_segment(pool, sidx, size, nbytes)
         elif block.prev is not None or block.next is not None:  # a cached split block becomes active
-            for name, n in (("inactive_split_bytes", block.size), ("inactive_split", 1)):
-                s = st[name]
-                s[0].dec(n)
-                s[p].dec(n)
+            _dec(st["inactive_split_bytes"], off, block.size)
+            _dec(st["inactive_split"], off, 1)
         remaining = block.size - size
         if (remaining >= MIN_BLOCK) if pool == _SMALL else (remaining > SMALL_SIZE):
             self._split(block, size)
@@ -185,13 +191,9 @@ class CachingAllocator:
         self._next_handle += 1
         self._live[handle] = block
         bs = block.size
-        a, r, c = st["allocated_bytes"], st["requested_bytes"], st["allocation"]
-        a[0].inc(bs)
-        a[p].inc(bs)
-        r[0].inc(nbytes)
-        r[p].inc(nbytes)
-        c[0].inc(1)
-        c[p].inc(1)
+        _inc(st["allocated_bytes"], off, bs)
+        _inc(st["requested_bytes"], off, nbytes)
+        _inc(st["allocation"], off, 1)
         self.allocated += bs
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
@@ -205,16 +207,12 @@ class CachingAllocator:
         if block is None:
             raise ValueError(f"free of unknown or already freed handle {handle}")
         block.allocated = False
-        p = block.pool + 1
+        off = _OFFSET[block.pool]
         st = self._stats
         bs = block.size
-        a, r, c = st["allocated_bytes"], st["requested_bytes"], st["allocation"]
-        a[0].dec(bs)
-        a[p].dec(bs)
-        r[0].dec(block.requested)
-        r[p].dec(block.requested)
-        c[0].dec(1)
-        c[p].dec(1)
+        _dec(st["allocated_bytes"], off, bs)
+        _dec(st["requested_bytes"], off, block.requested)
+        _dec(st["allocation"], off, 1)
         self.allocated -= bs
         self._release_block(block)
 
@@ -230,9 +228,8 @@ class CachingAllocator:
         """torch.cuda.reset_peak_memory_stats: peaks restart from the current values."""
         self.peak_allocated = self.allocated
         self.peak_reserved = self.reserved
-        for triple in self._stats.values():
-            for s in triple:
-                s.peak = s.current
+        for v in self._stats.values():
+            v[1], v[5], v[9] = v[0], v[4], v[8]
 
     def size_of(self, handle: int) -> int:
         """Bytes the block behind `handle` occupies (after rounding)."""
@@ -248,12 +245,12 @@ class CachingAllocator:
         """torch.cuda.memory_stats()-style flat dict (`<stat>.<all|small_pool|large_pool>.<current|peak|...>`)."""
         out: dict[str, int] = {}
         named = list(self._stats.items()) + [(m, self._stats[src]) for m, src in _MIRRORED.items()]
-        for name, triple in named:
-            for label, s in zip(("all", "small_pool", "large_pool"), triple, strict=True):
-                out[f"{name}.{label}.current"] = s.current
-                out[f"{name}.{label}.peak"] = s.peak
-                out[f"{name}.{label}.allocated"] = s.allocated
-                out[f"{name}.{label}.freed"] = s.freed
+        for name, v in named:
+            for label, off in (("all", 0), ("small_pool", _SMALL_OFF), ("large_pool", _LARGE_OFF)):
+                out[f"{name}.{label}.current"] = v[off]
+                out[f"{name}.{label}.peak"] = v[off + 1]
+                out[f"{name}.{label}.allocated"] = v[off + 2]
+                out[f"{name}.{label}.freed"] = v[off + 3]
         out["num_alloc_retries"] = self.num_alloc_retries
         out["num_ooms"] = self.num_ooms
         out["num_device_alloc"] = self.num_device_alloc
@@ -321,11 +318,8 @@ class CachingAllocator:
         if self.reserved > self.peak_reserved:
             self.peak_reserved = self.reserved
         self.num_device_alloc += 1
-        st = self._stats
-        for name, n in (("reserved_bytes", seg), ("segment", 1)):
-            s = st[name]
-            s[0].inc(n)
-            s[pool + 1].inc(n)
+        _inc(self._stats["reserved_bytes"], _OFFSET[pool], seg)
+        _inc(self._stats["segment"], _OFFSET[pool], 1)
         return block
 
     def _split(self, block: _Block, size: int) -> None:
@@ -337,26 +331,21 @@ class CachingAllocator:
         block.next = rest
         block.size = size
         self._insert_free(rest)
-        st = self._stats
-        for name, n in (("inactive_split_bytes", rest.size), ("inactive_split", 1)):
-            s = st[name]
-            s[0].inc(n)
-            s[block.pool + 1].inc(n)
+        _inc(self._stats["inactive_split_bytes"], _OFFSET[block.pool], rest.size)
+        _inc(self._stats["inactive_split"], _OFFSET[block.pool], 1)
 
     def _release_block(self, block: _Block) -> None:
         """Merge a just-freed block with free neighbours and cache it."""
         st = self._stats
-        p = block.pool + 1
+        off = _OFFSET[block.pool]
         split_bytes = st["inactive_split_bytes"]
         split_count = st["inactive_split"]
         for nb in (block.prev, block.next):
             if nb is None or nb.allocated:
                 continue
             self._remove_free(nb)
-            split_bytes[0].dec(nb.size)
-            split_bytes[p].dec(nb.size)
-            split_count[0].dec(1)
-            split_count[p].dec(1)
+            _dec(split_bytes, off, nb.size)
+            _dec(split_count, off, 1)
             if nb is block.prev:
                 block.addr = nb.addr
                 block.prev = nb.prev
@@ -368,21 +357,16 @@ class CachingAllocator:
                     nb.next.prev = block
             block.size += nb.size
         if block.prev is not None or block.next is not None:
-            split_bytes[0].inc(block.size)
-            split_bytes[p].inc(block.size)
-            split_count[0].inc(1)
-            split_count[p].inc(1)
+            _inc(split_bytes, off, block.size)
+            _inc(split_count, off, 1)
         self._insert_free(block)
 
     def _drop_segment(self, block: _Block) -> None:
         self._remove_free(block)
         self.reserved -= block.size
         self.num_device_free += 1
-        st = self._stats
-        for name, n in (("reserved_bytes", block.size), ("segment", 1)):
-            s = st[name]
-            s[0].dec(n)
-            s[block.pool + 1].dec(n)
+        _dec(self._stats["reserved_bytes"], _OFFSET[block.pool], block.size)
+        _dec(self._stats["segment"], _OFFSET[block.pool], 1)
 
     def _oom_message(self, size: int) -> str:
         free = max(self.capacity - self.reserved, 0)
