@@ -18,11 +18,12 @@ storage, and ops that changed an input's metadata (`resize_`, `t_`, `set_`, ...)
 Per-tensor signatures: reading a fake tensor's shape, strides, dtype, offset and flags costs
 ~0.5 us per attribute on this path (each goes through the subclass check), ~3.5 us per tensor
 and call. A tensor's signature is kept in its `__dict__` (`_maya_sig`): set when the fast path
-builds the tensor (its metadata is the spec's), computed once otherwise. Only two things change
-a tensor's metadata in place: an op (`t_`, `resize_`, `set_`, an `out=` argument), which the
-recorder answers with `forget_signatures` on every call that did not hit the cache (a hit
-changes no metadata: such an op is never cached, see `same_inputs`), and `tensor.data = other`,
-which `install` makes forget. `requires_grad` and a constant are read on every call.
+builds the tensor (its metadata is the spec's), computed once otherwise; likewise its storage's
+identity (`storage_key`). Only two things change either in place: an op (`t_`, `resize_`,
+`set_`, an `out=` argument), which the recorder answers with `forget_signatures` on every call
+that did not hit the cache (a hit changes no metadata: such an op is never cached, see
+`same_inputs`), and `tensor.data = other`, which `install` makes forget. `requires_grad` and a
+constant are read on every call.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Uncacheable(Exception):
 
 
 _SIG = "_maya_sig"  # a fake tensor's cached signature, see the module docstring
+_STORAGE = "_maya_storage"  # and its storage's identity (same lifetime: an op or `.data =` changes both)
 
 
 def call_key(func, args: tuple, kwargs: dict, any_float: bool = False,
@@ -101,9 +103,20 @@ def forget_signatures(values) -> None:
     for v in values:
         t = type(v)
         if t is FakeTensor:
-            v.__dict__.pop(_SIG, None)
+            d = v.__dict__
+            d.pop(_SIG, None)
+            d.pop(_STORAGE, None)
         elif t is list or t is tuple:
             forget_signatures(v)
+
+
+def storage_key(v: FakeTensor) -> int:
+    """`v.untyped_storage()._cdata`, cached on the tensor (the storage lives as long as the tensor)."""
+    d = v.__dict__
+    key = d.get(_STORAGE)
+    if key is None:
+        key = d[_STORAGE] = v.untyped_storage()._cdata
+    return key
 
 
 def install() -> None:
@@ -115,6 +128,7 @@ def install() -> None:
 
     def set_data(self, value):
         self.__dict__.pop(_SIG, None)
+        self.__dict__.pop(_STORAGE, None)
         base.__set__(self, value)
 
     FakeTensor.data = property(base.__get__, set_data, doc=base.__doc__)
@@ -196,7 +210,8 @@ def new_fake(fake_mode, elem: torch.Tensor, device: torch.device, sig: tuple | N
     template = getattr(fake_mode, "_maya_fake_template", None)
     if template is None:
         t = FakeTensor(fake_mode, elem, device)
-        fake_mode._maya_fake_template = {k: v for k, v in t.__dict__.items() if k not in ("_fake_device", _SIG)}
+        fake_mode._maya_fake_template = {k: v for k, v in t.__dict__.items()
+                                         if k not in ("_fake_device", _SIG, _STORAGE)}
         return t
     t = torch.Tensor._make_subclass(FakeTensor, elem, elem.requires_grad, dispatch_device=True,
                                     device_for_backend_keys=device)

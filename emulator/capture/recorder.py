@@ -509,10 +509,8 @@ class Recorder(TorchDispatchMode):
             except torch.cuda.OutOfMemoryError as e:
                 oom = e
         module, phase = self._module_phase()
-        self.rows.add(kind=kind, op=op, stream=stream, iteration=self.iteration, module=module, phase=phase,
-                      shapes=shapes, dtypes=dtypes, strides=strides, args=jargs, out_shapes=out_shapes,
-                      out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap, mem=self._mem(),
-                      hash_part=hash_part)
+        self.rows.add_repeat(kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, hash_part,
+                             stream, self.iteration, module, phase, gap, self._mem())
         self._t_last = _clock()
         if oom is not None:
             raise oom

@@ -23,6 +23,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_flatten, tree_map
 
+from emulator.capture.fastpath import storage_key
+
 MAX_ELEMENTS = 1 << 16  # masks and token ids of a batch fit; activations do not (and cost CPU time)
 _CPU = torch.device("cpu")
 
@@ -49,7 +51,10 @@ class Shadows:
             inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, FakeTensor)]
         if inputs:
             storages = self.storages
-            if not any(x.untyped_storage()._cdata in storages for x in inputs):
+            for x in inputs:
+                if storage_key(x) in storages:
+                    break
+            else:
                 return  # the usual case: nothing here came from the host, nothing to derive or drop
         elif not self._real_tensor_in(args, kwargs) and "empty" in func.__name__:
             return  # uninitialised memory has no values to know

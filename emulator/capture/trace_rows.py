@@ -14,6 +14,7 @@ import pyarrow as pa
 from emulator.trace.schema import TRACE_SCHEMA
 
 _COLUMNS = [f.name for f in TRACE_SCHEMA]
+_NO_COLLECTIVE = ("group", "group_ranks", "coll_seq", "coll_bytes", "peer", "event_id")  # None on kernel rows
 
 
 class TraceRows:
@@ -67,6 +68,39 @@ class TraceRows:
             gsize = len(group_ranks) if group_ranks else 0
             hash_part = json.dumps([kind, op, shapes, dtypes, args, coll_name, gsize, coll_bytes],
                                    separators=(",", ":")).encode()
+        self._hash.update(hash_part)
+        self.last_hash_part = hash_part
+
+    def add_repeat(self, kind: str, op: str, shapes, dtypes, strides, args: str, out_shapes, out_dtypes, flops,
+                   nbytes, hash_part: bytes, stream: int, iteration: int, module: str, phase: str,
+                   host_gap_s: float, mem: tuple) -> None:
+        """`add` for a kernel row repeating a known signature (the emulator's fast path): positional,
+        no collective fields, the op-hash contribution given. Same columns, same values as `add`."""
+        c = self.cols
+        seq = c["seq"]
+        c["rank"].append(self.rank)
+        seq.append(len(seq))
+        c["iteration"].append(iteration)
+        c["kind"].append(kind)
+        c["op"].append(op)
+        c["stream"].append(int(stream))
+        c["shapes"].append(shapes)
+        c["dtypes"].append(dtypes)
+        c["strides"].append(strides)
+        c["args"].append(args)
+        c["out_shapes"].append(out_shapes)
+        c["out_dtypes"].append(out_dtypes)
+        c["flops"].append(flops)
+        c["bytes"].append(nbytes)
+        c["module"].append(module)
+        c["phase"].append(phase)
+        for col in _NO_COLLECTIVE:
+            c[col].append(None)
+        c["host_gap_s"].append(host_gap_s)
+        c["mem_allocated"].append(mem[0])
+        c["mem_reserved"].append(mem[1])
+        c["duration_s"].append(None)
+        c["placeholder"].append(False)
         self._hash.update(hash_part)
         self.last_hash_part = hash_part
 
