@@ -29,7 +29,9 @@ constant are read on every call.
 from __future__ import annotations
 
 import torch
+from torch._ops import HigherOrderOperator
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._pytree import tree_leaves
 
 _SCALARS = (int, float, bool, str, type(None))
 _HASHABLE = (torch.dtype, torch.device, torch.layout, torch.memory_format)
@@ -41,6 +43,11 @@ class Uncacheable(Exception):
 
 _SIG = "_maya_sig"  # a fake tensor's cached signature, see the module docstring
 _STORAGE = "_maya_storage"  # and its storage's identity (same lifetime: an op or `.data =` changes both)
+_CPP = "_maya_device_in_cpp"  # True while C++ reads the tensor's device itself (see `install`)
+# C functions of the fake device library (emulator/device/fake_cuda.cpp), set by `install`
+_device_in_cpp = None
+_device_in_python = None
+_in_higher_order = 0  # > 0 while a higher-order op runs (see `install`)
 
 
 def call_key(func, args: tuple, kwargs: dict, any_float: bool = False,
@@ -75,6 +82,7 @@ def _add(parts: list, tensors: list, values, any_float: bool, fresh: bool) -> No
             sig = None if fresh else v.__dict__.get(_SIG)
             if sig is None:
                 sig = signature_of(v)
+                _answer_device_in_cpp(v, v.fake_device)
             parts.append((sig, v.requires_grad))
             tensors.append(v)
         elif t in _SCALARS:
@@ -106,8 +114,16 @@ def forget_signatures(values) -> None:
             d = v.__dict__
             d.pop(_SIG, None)
             d.pop(_STORAGE, None)
+            if d.pop(_CPP, False):
+                _device_in_python(v._cdata)
         elif t is list or t is tuple:
             forget_signatures(v)
+
+
+def _answer_device_in_cpp(t: FakeTensor, device: torch.device) -> None:
+    if _device_in_cpp is not None and device.type == "cuda" and not _in_higher_order:
+        _device_in_cpp(t._cdata, device.index or 0)
+        t.__dict__[_CPP] = True
 
 
 def storage_key(v: FakeTensor) -> int:
@@ -119,20 +135,54 @@ def storage_key(v: FakeTensor) -> int:
     return key
 
 
-def install() -> None:
-    """`fake.data = other` replaces a fake tensor's metadata without an op: make it forget its
-    cached signature (FakeTensor inherits `data` from torch's C tensor type; this wraps it)."""
+def install(device_library=None) -> None:
+    """Hook the fast path into torch's fake tensors, once per process.
+
+    1. `fake.data = other` replaces a fake tensor's metadata without an op: it must forget its
+       cached signature (FakeTensor inherits `data` from torch's C tensor type; this wraps it).
+    2. With the fake device library (`emulator.device.boot`'s ctypes handle): a fake CUDA tensor
+       makes C++ ask Python for its device (~8 crossings per recorded op: autograd's input
+       metadata, autocast's eligibility checks, backward's output validation), because inside a
+       fake kernel the same tensor must say "meta". Tensors the signature cache knows answer in
+       C++ instead (the library's `maya_device_in_cpp`); whatever does not hit the cache first
+       calls `forget_signatures`, which turns Python back on, so no fake kernel ever sees it.
+       A higher-order op (FlexAttention) traces its functions with fake tensors of its own making
+       (`query.new_zeros`, its buffers) before the recorder sees it: its arguments turn Python
+       back on at its entry, and no tensor answers in C++ until it returns.
+    """
+    global _device_in_cpp, _device_in_python
+    if device_library is not None and _device_in_cpp is None:
+        import ctypes
+
+        to_cpp, to_python = device_library.maya_device_in_cpp, device_library.maya_device_in_python
+        to_cpp.argtypes, to_cpp.restype = [ctypes.c_void_p, ctypes.c_int], None
+        to_python.argtypes, to_python.restype = [ctypes.c_void_p], None
+        _device_in_cpp, _device_in_python = to_cpp, to_python
     if getattr(FakeTensor, "_maya_data_setter", False):
         return
     base = torch._C.TensorBase.data
 
     def set_data(self, value):
-        self.__dict__.pop(_SIG, None)
-        self.__dict__.pop(_STORAGE, None)
+        for t in (self, value):  # set_data copies the device fields too: both back to Python first
+            if type(t) is FakeTensor:
+                forget_signatures((t,))
         base.__set__(self, value)
 
     FakeTensor.data = property(base.__get__, set_data, doc=base.__doc__)
     FakeTensor._maya_data_setter = True
+
+    call = HigherOrderOperator.__call__
+
+    def higher_order_call(self, /, *args, **kwargs):
+        global _in_higher_order
+        forget_signatures(tree_leaves((args, kwargs)))
+        _in_higher_order += 1
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            _in_higher_order -= 1
+
+    HigherOrderOperator.__call__ = higher_order_call
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -224,6 +274,7 @@ def new_fake(fake_mode, elem: torch.Tensor, device: torch.device, sig: tuple | N
     d["_fake_device"] = device
     if sig is not None:
         d[_SIG] = sig
+        _answer_device_in_cpp(t, device)
     return t
 
 

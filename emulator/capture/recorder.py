@@ -300,11 +300,9 @@ class Recorder(TorchDispatchMode):
             return self._record_higher_order(func, args, kwargs, t_enter)
         if self.probing:
             # metadata probes (DTensor's sharding propagation): no device work, no device memory
-            try:
-                with self.fake_mode:
-                    return func(*args, **kwargs)
-            finally:
-                self._forget_signatures(args, kwargs)
+            self._forget_signatures(args, kwargs)
+            with self.fake_mode:
+                return func(*args, **kwargs)
         keyed = fastpath.call_key(func, args, kwargs, any_float) if keyable else None
         if view and keyed is not None and keyed[1]:
             spec = self._out_specs.get(keyed[0])
@@ -368,22 +366,22 @@ class Recorder(TorchDispatchMode):
 
     def _fake_call(self, func, args, kwargs, op):
         """Run the op's fake kernel; an op without one gets a best-guess output and is listed as unsupported."""
-        try:
-            with self.fake_mode:
-                try:
-                    return func(*args, **kwargs)
-                except _NOT_FAKEABLE as e:
-                    return self._best_guess(func, args, kwargs, op, e)
-                except RuntimeError as e:
-                    if not _missing_kernel(e):
-                        raise
-                    return self._best_guess(func, args, kwargs, op, e)
-        finally:
-            self._forget_signatures(args, kwargs)
+        self._forget_signatures(args, kwargs)
+        with self.fake_mode:
+            try:
+                return func(*args, **kwargs)
+            except _NOT_FAKEABLE as e:
+                return self._best_guess(func, args, kwargs, op, e)
+            except RuntimeError as e:
+                if not _missing_kernel(e):
+                    raise
+                return self._best_guess(func, args, kwargs, op, e)
 
     @staticmethod
     def _forget_signatures(args, kwargs) -> None:
-        """A call that did not come from the signature cache may have changed its inputs' metadata."""
+        """Before a fake kernel runs: its inputs' cached signatures may not survive it (an op may change
+        their metadata), and inside it they must say "meta" when C++ asks their device (see
+        `fastpath.install`)."""
         fastpath.forget_signatures(args)
         if kwargs:
             fastpath.forget_signatures(kwargs.values())

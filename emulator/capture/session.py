@@ -63,8 +63,9 @@ class Session:
             checkpoint.install(rec, stream_id)
             libraries.install(rec.fake_mode)
             from emulator.capture import fastpath
+            from emulator.device import boot
 
-            fastpath.install()
+            fastpath.install(boot.library())
         from emulator.distributed import fake_pg
 
         measuring = self.policy in ("profile", "time")

@@ -104,3 +104,8 @@ def boot(device_count: int, capability: tuple[int, int]) -> None:
 
 def is_booted() -> bool:
     return _loaded is not None
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded fake device library (None before `boot`), for its C functions."""
+    return _loaded

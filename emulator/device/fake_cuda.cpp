@@ -177,6 +177,11 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
 
 // The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
 // memory-efficient, then math), following torch's sdp_utils constraints in simplified form.
+// Writes TensorImpl's protected device field (no public setter exists; see maya_device_in_cpp).
+struct DeviceAccess : c10::TensorImpl {
+  static void set(c10::TensorImpl* t, c10::Device d) { static_cast<DeviceAccess*>(t)->device_opt_ = d; }
+};
+
 int64_t fake_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                         std::optional<double> scale, bool enable_gqa) {
@@ -231,4 +236,20 @@ void maya_set_target(int device_count, int cap_major, int cap_minor) {
   maya_fake_cuda::g_cap_minor = cap_minor;
 }
 int maya_fake_cuda_loaded() { return 1; }
+
+// Where a fake tensor's device() is answered (emulator/capture/fastpath.py, native_device).
+// FakeTensor makes C++ ask Python for its device (~8 questions per recorded op: autograd's input
+// metadata, autocast's eligibility checks, the engine's output validation), because inside a
+// fake kernel the same tensor must say "meta". Between fake kernels the answer is always the fake
+// CUDA device, so the emulator lets C++ read it from the TensorImpl and turns Python back on
+// before the tensor enters a fake kernel. `impl` is the TensorImpl* (Python's `tensor._cdata`).
+void maya_device_in_cpp(void* impl, int index) {
+  maya_fake_cuda::DeviceAccess::set(static_cast<c10::TensorImpl*>(impl),
+                                    c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
+  static_cast<c10::TensorImpl*>(impl)->set_python_custom_device(false);
+}
+void maya_device_in_python(void* impl) {
+  maya_fake_cuda::DeviceAccess::set(static_cast<c10::TensorImpl*>(impl), c10::Device(c10::DeviceType::Meta));
+  static_cast<c10::TensorImpl*>(impl)->set_python_custom_device(true);
+}
 }
