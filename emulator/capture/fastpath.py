@@ -44,7 +44,7 @@ class Uncacheable(Exception):
 _SIG = "_maya_sig"  # a fake tensor's cached signature, see the module docstring
 _STORAGE = "_maya_storage"  # and its storage's identity (same lifetime: an op or `.data =` changes both)
 _CPP = "_maya_device_in_cpp"  # True while C++ reads the tensor's device itself (see `install`)
-# C functions of the fake device library (emulator/device/fake_cuda.cpp), set by `install`
+# builtins of the fake device library (emulator/device/fake_cuda.cpp), set by `install`
 _device_in_cpp = None
 _device_in_python = None
 _in_higher_order = 0  # > 0 while a higher-order op runs (see `install`)
@@ -115,14 +115,14 @@ def forget_signatures(values) -> None:
             d.pop(_SIG, None)
             d.pop(_STORAGE, None)
             if d.pop(_CPP, False):
-                _device_in_python(v._cdata)
+                _device_in_python(v)
         elif t is list or t is tuple:
             forget_signatures(v)
 
 
 def _answer_device_in_cpp(t: FakeTensor, device: torch.device) -> None:
     if _device_in_cpp is not None and device.type == "cuda" and not _in_higher_order:
-        _device_in_cpp(t._cdata, device.index or 0)
+        _device_in_cpp(t, device.index or 0)
         t.__dict__[_CPP] = True
 
 
@@ -135,29 +135,24 @@ def storage_key(v: FakeTensor) -> int:
     return key
 
 
-def install(device_library=None) -> None:
+def install(device_functions: tuple | None = None) -> None:
     """Hook the fast path into torch's fake tensors, once per process.
 
     1. `fake.data = other` replaces a fake tensor's metadata without an op: it must forget its
        cached signature (FakeTensor inherits `data` from torch's C tensor type; this wraps it).
-    2. With the fake device library (`emulator.device.boot`'s ctypes handle): a fake CUDA tensor
+    2. With the fake device library's functions (`emulator.device.boot.device_functions`): a fake CUDA tensor
        makes C++ ask Python for its device (~8 crossings per recorded op: autograd's input
        metadata, autocast's eligibility checks, backward's output validation), because inside a
        fake kernel the same tensor must say "meta". Tensors the signature cache knows answer in
-       C++ instead (the library's `maya_device_in_cpp`); whatever does not hit the cache first
+       C++ instead (`device_in_cpp`); whatever does not hit the cache first
        calls `forget_signatures`, which turns Python back on, so no fake kernel ever sees it.
        A higher-order op (FlexAttention) traces its functions with fake tensors of its own making
        (`query.new_zeros`, its buffers) before the recorder sees it: its arguments turn Python
        back on at its entry, and no tensor answers in C++ until it returns.
     """
     global _device_in_cpp, _device_in_python
-    if device_library is not None and _device_in_cpp is None:
-        import ctypes
-
-        to_cpp, to_python = device_library.maya_device_in_cpp, device_library.maya_device_in_python
-        to_cpp.argtypes, to_cpp.restype = [ctypes.c_void_p, ctypes.c_int], None
-        to_python.argtypes, to_python.restype = [ctypes.c_void_p], None
-        _device_in_cpp, _device_in_python = to_cpp, to_python
+    if device_functions is not None and _device_in_cpp is None:
+        _device_in_cpp, _device_in_python = device_functions
     if getattr(FakeTensor, "_maya_data_setter", False):
         return
     base = torch._C.TensorBase.data

@@ -65,7 +65,7 @@ class Session:
             from emulator.capture import fastpath
             from emulator.device import boot
 
-            fastpath.install(boot.library())
+            fastpath.install(boot.device_functions())
         from emulator.distributed import fake_pg
 
         measuring = self.policy in ("profile", "time")

@@ -106,6 +106,12 @@ def is_booted() -> bool:
     return _loaded is not None
 
 
-def library() -> ctypes.CDLL | None:
-    """The loaded fake device library (None before `boot`), for its C functions."""
-    return _loaded
+def device_functions() -> tuple | None:
+    """(device_in_cpp, device_in_python): the library's builtins that say where a fake tensor's
+    device is answered (see fake_cuda.cpp); None before `boot`."""
+    if _loaded is None:
+        return None
+    # PyDLL: the call keeps the GIL (it builds Python objects)
+    fn = ctypes.PyDLL(_loaded._name, handle=_loaded._handle).maya_device_functions
+    fn.argtypes, fn.restype = [], ctypes.py_object
+    return fn()

@@ -15,6 +15,9 @@
 // emulator/device/boot.py. The target is set through
 // the C functions at the bottom.
 
+#include <Python.h>
+#include <torch/csrc/autograd/python_variable.h>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
@@ -177,9 +180,42 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
 
 // The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
 // memory-efficient, then math), following torch's sdp_utils constraints in simplified form.
-// Writes TensorImpl's protected device field (no public setter exists; see maya_device_in_cpp).
+// Writes TensorImpl's protected device field (no public setter exists; see maya_device_functions).
 struct DeviceAccess : c10::TensorImpl {
   static void set(c10::TensorImpl* t, c10::Device d) { static_cast<DeviceAccess*>(t)->device_opt_ = d; }
+};
+
+// device_in_cpp(fake_tensor, index): device() answers cuda:index from the TensorImpl.
+PyObject* device_in_cpp(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "device_in_cpp(tensor, index)");
+    return nullptr;
+  }
+  long index = PyLong_AsLong(args[1]);
+  if (index == -1 && PyErr_Occurred()) return nullptr;
+  c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
+  DeviceAccess::set(impl, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
+  impl->set_python_custom_device(false);
+  Py_RETURN_NONE;
+}
+
+// device_in_python(fake_tensor): back to FakeTensor's own arrangement (meta, asked in Python).
+PyObject* device_in_python(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "device_in_python(tensor)");
+    return nullptr;
+  }
+  c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
+  DeviceAccess::set(impl, c10::Device(c10::DeviceType::Meta));
+  impl->set_python_custom_device(true);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_device_methods[] = {
+    {"device_in_cpp", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(device_in_cpp)),
+     METH_FASTCALL, "device() of this fake tensor answered in C++"},
+    {"device_in_python", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(device_in_python)),
+     METH_FASTCALL, "device() of this fake tensor asked in Python again"},
 };
 
 int64_t fake_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -237,19 +273,16 @@ void maya_set_target(int device_count, int cap_major, int cap_minor) {
 }
 int maya_fake_cuda_loaded() { return 1; }
 
-// Where a fake tensor's device() is answered (emulator/capture/fastpath.py, native_device).
+// Where a fake tensor's device() is answered (emulator/capture/fastpath.py, `install`).
 // FakeTensor makes C++ ask Python for its device (~8 questions per recorded op: autograd's input
 // metadata, autocast's eligibility checks, the engine's output validation), because inside a
 // fake kernel the same tensor must say "meta". Between fake kernels the answer is always the fake
 // CUDA device, so the emulator lets C++ read it from the TensorImpl and turns Python back on
-// before the tensor enters a fake kernel. `impl` is the TensorImpl* (Python's `tensor._cdata`).
-void maya_device_in_cpp(void* impl, int index) {
-  maya_fake_cuda::DeviceAccess::set(static_cast<c10::TensorImpl*>(impl),
-                                    c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
-  static_cast<c10::TensorImpl*>(impl)->set_python_custom_device(false);
-}
-void maya_device_in_python(void* impl) {
-  maya_fake_cuda::DeviceAccess::set(static_cast<c10::TensorImpl*>(impl), c10::Device(c10::DeviceType::Meta));
-  static_cast<c10::TensorImpl*>(impl)->set_python_custom_device(true);
+// before the tensor enters a fake kernel. Both are Python builtins (this library is loaded before
+// torch, so the functions are handed over as objects): one call costs what a builtin costs.
+// Callers pass fake tensors only (no type check: THPVariableClass lives in libtorch_python).
+PyObject* maya_device_functions() {
+  return Py_BuildValue("(NN)", PyCFunction_New(&maya_fake_cuda::g_device_methods[0], nullptr),
+                       PyCFunction_New(&maya_fake_cuda::g_device_methods[1], nullptr));
 }
 }
