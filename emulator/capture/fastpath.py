@@ -34,6 +34,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_leaves
 
 _SCALARS = (int, float, bool, str, type(None))
+_META = torch.device("meta")  # a device object: a "meta" string is parsed on every call
 _HASHABLE = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 
 
@@ -229,7 +230,7 @@ def rebuild(spec, inputs: list[FakeTensor], fake_mode, new: list):
     kind = spec[0]
     if kind == "new":
         _, shape, stride, dtype, device, nbytes, sig = spec
-        t = new_fake(fake_mode, torch.empty_strided(shape, stride, dtype=dtype, device="meta"), device, sig)
+        t = new_fake(fake_mode, torch.empty_strided(shape, stride, dtype=dtype, device=_META), device, sig)
         new.append((t, nbytes))
         return t
     if kind == "same":
@@ -237,7 +238,7 @@ def rebuild(spec, inputs: list[FakeTensor], fake_mode, new: list):
     if kind == "view":
         _, idx, shape, stride, dtype, offset, device, sig = spec
         # a plain meta tensor over the base's (meta) storage: no fake tensor is touched, so no mode is needed
-        empty = torch.empty((0,), dtype=dtype, device="meta")
+        empty = torch.empty(0, dtype=dtype, device=_META)
         empty.set_(inputs[idx].untyped_storage(), offset, shape, stride)
         return new_fake(fake_mode, empty, device, sig)
     if kind == "value":

@@ -33,13 +33,20 @@ class DeviceMemory:
         self.enforce = enforce
         self.oom = False
         self.oom_message: str | None = None
-        self._live: dict[int, tuple[int, weakref.ref | None]] = {}  # storage cdata -> (allocator handle, its ref)
+        self._live: dict[int, tuple[int, weakref.ref]] = {}  # storage cdata -> (allocator handle, its ref)
+        # Storages that died since the allocator last ran, as (cdata, ref). A storage dies inside the
+        # program's code; its free is applied when the allocator next runs (inside the recorder, whose
+        # time is not host time) or is asked a figure, which gives the same numbers: frees can only
+        # lower them, and every malloc and every reading comes after the frees before it.
+        self._dead: list[tuple[int, weakref.ref]] = []
         self._orig_resize = None
-        # CPU time of frees and storage resizes, which run inside the program's code (a storage dies,
-        # FSDP resizes one): emulator work that the recorder excludes from host gaps
+        # CPU time of storage resizes, which run inside the program's code (FSDP resizes a storage):
+        # emulator work that the recorder excludes from host gaps
         self.overhead_s = 0.0
 
     def _malloc(self, nbytes: int, stream: int) -> int:
+        if self._dead:
+            self._apply_frees()
         try:
             return self.allocator.malloc(nbytes, stream)
         except OutOfMemory as e:
@@ -49,20 +56,25 @@ class DeviceMemory:
                 raise torch.cuda.OutOfMemoryError(str(e)) from None
             return 0
 
-    def _free(self, key: int) -> None:
-        t0 = time.process_time()
-        entry = self._live.pop(key, None)
-        if entry is not None and entry[0]:
-            self.allocator.free(entry[0])
-        self.overhead_s += time.process_time() - t0
+    def _apply_frees(self) -> None:
+        dead, self._dead = self._dead, []
+        live, free = self._live, self.allocator.free
+        for key, ref in dead:
+            entry = live.get(key)
+            if entry is not None and entry[1] is ref:  # (a later storage may have the address by now)
+                del live[key]
+                if entry[0]:
+                    free(entry[0])
 
     def _track(self, storage, key: int, handle: int) -> None:
-        self._live[key] = (handle, weakref.ref(storage, lambda _ref, key=key: self._free(key)))
+        self._live[key] = (handle, weakref.ref(storage, lambda ref, key=key: self._dead.append((key, ref))))
 
     def see(self, t: torch.Tensor, stream: int) -> None:
         """Account for `t`'s storage if it is on the device and new."""
         if t.device.type != "cuda":
             return
+        if self._dead:
+            self._apply_frees()  # a dead storage's address may be this one's
         st = t.untyped_storage()
         key = st._cdata
         if key in self._live:
@@ -78,6 +90,8 @@ class DeviceMemory:
 
     def resized(self, storage, new_nbytes: int, stream: int) -> None:
         """`UntypedStorage.resize_` on a device storage: free the old block, allocate the new size."""
+        if self._dead:
+            self._apply_frees()
         key = storage._cdata
         old = self._live.pop(key, None)
         if old is not None and old[0]:
@@ -102,11 +116,27 @@ class DeviceMemory:
 
     @property
     def allocated(self) -> int:
+        if self._dead:
+            self._apply_frees()
         return self.allocator.allocated
 
     @property
     def reserved(self) -> int:
+        if self._dead:
+            self._apply_frees()
         return self.allocator.reserved
 
     def stats(self) -> dict:
+        if self._dead:
+            self._apply_frees()
         return self.allocator.stats()
+
+    def reset_peak(self) -> None:
+        if self._dead:
+            self._apply_frees()
+        self.allocator.reset_peak()
+
+    def empty_cache(self) -> None:
+        if self._dead:
+            self._apply_frees()
+        self.allocator.empty_cache()

@@ -228,11 +228,11 @@ class Recorder(TorchDispatchMode):
 
     def reset_peak(self) -> None:
         if self.memory is not None:
-            self.memory.allocator.reset_peak()
+            self.memory.reset_peak()
 
     def empty_cache(self) -> None:
         if self.memory is not None:
-            self.memory.allocator.empty_cache()
+            self.memory.empty_cache()
 
     def _mem(self) -> tuple[int | None, int | None]:
         if self.memory is None:

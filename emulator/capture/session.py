@@ -180,7 +180,7 @@ class Session:
         rec.set_prices(prices)
         rec.gap_parts = []
         if rec.memory is not None:
-            rec.memory.allocator.reset_peak()
+            rec.memory.reset_peak()
         self.host_gap_baseline_s = prices
         self.host_gap_price_samples = [prices]
         return prices
