@@ -251,16 +251,21 @@ def new_fake(fake_mode, elem: torch.Tensor, device: torch.device, sig: tuple | N
     """`FakeTensor(fake_mode, elem, device)` for an already normalised device, without its Python overhead.
 
     The first call per mode builds one the ordinary way and keeps its attribute dict (constant,
-    memo slots, ...) as the template, so later tensors get exactly the same state. `sig`: the
-    tensor's signature when the caller knows it (see `call_key`)."""
+    memo slots, ...): the attributes whose value is None become FakeTensor class defaults (a
+    fresh tensor reads the same None; writing one still sets it on the tensor), the others are
+    copied to every tensor, so later tensors get exactly the same state with a dict of four
+    entries instead of twenty. `sig`: the tensor's signature when the caller knows it (see
+    `call_key`). `elem` is a fresh meta tensor (no grad)."""
     template = getattr(fake_mode, "_maya_fake_template", None)
     if template is None:
         t = FakeTensor(fake_mode, elem, device)
-        fake_mode._maya_fake_template = {k: v for k, v in t.__dict__.items()
-                                         if k not in ("_fake_device", _SIG, _STORAGE)}
+        state = {k: v for k, v in t.__dict__.items() if k not in ("_fake_device", _SIG, _STORAGE, _CPP)}
+        for k, v in state.items():
+            if v is None and k not in vars(FakeTensor):
+                setattr(FakeTensor, k, None)
+        fake_mode._maya_fake_template = {k: v for k, v in state.items() if v is not None}
         return t
-    t = torch.Tensor._make_subclass(FakeTensor, elem, elem.requires_grad, dispatch_device=True,
-                                    device_for_backend_keys=device)
+    t = torch.Tensor._make_subclass(FakeTensor, elem, False, dispatch_device=True, device_for_backend_keys=device)
     if fake_mode._allow_unsafe_data_ptr_access:
         torch._C._set_warn_deprecated_on_mutable_data_ptr(t)
     else:
