@@ -59,6 +59,7 @@ from emulator.ops import canonical_op, dtype_bytes, flops_and_bytes, is_view_op
 _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
                  NotImplementedError)
 _PRIM_DEVICE = torch.ops.prim.device.default
+_LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 _COPY_OPS = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize")
 _clock = time.process_time  # host-gap clock, see the module docstring
 _MISS = object()
@@ -291,6 +292,8 @@ class Recorder(TorchDispatchMode):
             return args[0].fake_device
         t_enter = _clock()
         self.crossings += 1
+        if func is _LOCAL_SCALAR and type(args[0]) is torch.Tensor and not args[0].is_cuda:
+            return func(*args)  # `.item()` of a host tensor (an optimizer's step count): no device event
         kwargs = kwargs or {}
         info = self._op_info.get(func)
         if info is None:
