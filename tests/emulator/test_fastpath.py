@@ -110,3 +110,20 @@ def test_host_gaps_count_cpu_time_not_waiting(tmp_path, monkeypatch):
     gap_after_spin = t.host_gap_s[ops.index("aten::sub")]
     assert gap_after_sleep < 0.1  # 0.3 s asleep: the host did no work
     assert 0.1 < gap_after_spin < 1.0  # 0.15 s of CPU work is host time
+
+
+def test_in_place_metadata_changes_after_caching_are_recorded_as_they_are(tmp_path, monkeypatch):
+    """A tensor's cached signature (and C++-answered device) must not survive `t_`, `resize_`,
+    `set_`, `.data =` or `swap_tensors`: the fast path records what the exact path records."""
+    exact = _run(tmp_path, "exact", monkeypatch, False, "metadata_changes.py")
+    fast = _run(tmp_path, "fast", monkeypatch, True, "metadata_changes.py")
+    assert exact.rc == 0 and fast.rc == 0, fast.summary["error"]
+    assert fast.summary["fast_path"]["hits"] > 0
+    cols = [c for c in exact.trace.columns if c != "host_gap_s"]
+    assert exact.trace[cols].astype(str).equals(fast.trace[cols].astype(str))
+    printed = fast.stdout.splitlines()
+    assert "after_t_ (4, 2) True" in printed and "after_resize_ (3, 5) True" in printed
+    assert "after_data (2, 7) True" in printed and "after_swap (1,) True" in printed
+    assert "after_set_ (5, 2) True" in printed
+    ops = fast.trace
+    assert ops[ops.op == "aten::mm"].shapes.map(lambda s: [list(x) for x in s]).tolist()[-1] == [[4, 8], [8, 2]]
