@@ -230,8 +230,11 @@ class Session:
             with torch.enable_grad():
                 add = lambda: torch.add(x, x)  # noqa: E731
                 if self.policy == "emulate":  # CPU tensors answer device queries in C++
-                    rec.device_query_cost = extra_cost(add, lambda: (x.get_device(), x.get_device(), x.get_device(),
-                                                                     x.get_device(), torch.add(x, x)), 4)
+                    # so do fake tensors the signature cache knows (x, after the first add); q never
+                    # enters an op, so its device is asked in Python, as for the tensors that still do
+                    q = torch.empty(4, device="cuda")
+                    rec.device_query_cost = extra_cost(add, lambda: (q.get_device(), q.get_device(), q.get_device(),
+                                                                     q.get_device(), torch.add(x, x)), 4)
                 rec.crossing_cost = extra_cost(add, lambda: torch.add(x.view(-1).view(16, 16).view(256), x), 3)
                 w = torch.empty(256, device=x.device, requires_grad=True)
                 chain = [w]

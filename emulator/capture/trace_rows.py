@@ -14,13 +14,14 @@ import pyarrow as pa
 from emulator.trace.schema import TRACE_SCHEMA
 
 _COLUMNS = [f.name for f in TRACE_SCHEMA]
-_NO_COLLECTIVE = ("group", "group_ranks", "coll_seq", "coll_bytes", "peer", "event_id")  # None on kernel rows
 
 
 class TraceRows:
     def __init__(self, rank: int):
         self.rank = rank
         self.cols: dict[str, list] = {c: [] for c in _COLUMNS}
+        self._lists = tuple(self.cols[c] for c in _COLUMNS)  # the same lists, in schema order
+        self._seq = self.cols["seq"]
         self._hash = hashlib.sha256()
 
     def __len__(self) -> int:
@@ -34,73 +35,29 @@ class TraceRows:
             placeholder: bool = False, hash_part: bytes | None = None) -> None:
         """Append one event. `hash_part`: this row's op-hash contribution when the caller already
         has it (a repeated signature), saving a json.dumps per row."""
-        c = self.cols
-        c["rank"].append(self.rank)
-        c["seq"].append(len(c["seq"]))
-        c["iteration"].append(iteration)
-        c["kind"].append(kind)
-        c["op"].append(op)
-        c["stream"].append(int(stream))
-        c["shapes"].append(shapes)
-        c["dtypes"].append(dtypes)
-        c["strides"].append(strides)
-        c["args"].append(args)
-        c["out_shapes"].append(out_shapes)
-        c["out_dtypes"].append(out_dtypes)
-        c["flops"].append(flops)
-        c["bytes"].append(bytes)
-        c["module"].append(module)
-        c["phase"].append(phase)
-        c["group"].append(group)
-        c["group_ranks"].append(group_ranks)
-        c["coll_seq"].append(coll_seq)
-        c["coll_bytes"].append(coll_bytes)
-        c["peer"].append(peer)
-        c["event_id"].append(event_id)
-        c["host_gap_s"].append(host_gap_s)
-        c["mem_allocated"].append(mem[0])
-        c["mem_reserved"].append(mem[1])
-        c["duration_s"].append(duration_s)
-        c["placeholder"].append(bool(placeholder))
         # The op hash covers what a rank *does*, not who it is: group names and rank ids are left out.
         if hash_part is None:
             coll_name = op if kind in ("collective", "p2p") else ""
             gsize = len(group_ranks) if group_ranks else 0
             hash_part = json.dumps([kind, op, shapes, dtypes, args, coll_name, gsize, coll_bytes],
                                    separators=(",", ":")).encode()
-        self._hash.update(hash_part)
-        self.last_hash_part = hash_part
+        self._append((self.rank, len(self._seq), iteration, kind, op, int(stream), shapes, dtypes, strides, args,
+                      out_shapes, out_dtypes, flops, bytes, module, phase, group, group_ranks, coll_seq, coll_bytes,
+                      peer, event_id, host_gap_s, mem[0], mem[1], duration_s, bool(placeholder)), hash_part)
 
     def add_repeat(self, kind: str, op: str, shapes, dtypes, strides, args: str, out_shapes, out_dtypes, flops,
                    nbytes, hash_part: bytes, stream: int, iteration: int, module: str, phase: str,
                    host_gap_s: float, mem: tuple) -> None:
         """`add` for a kernel row repeating a known signature (the emulator's fast path): positional,
         no collective fields, the op-hash contribution given. Same columns, same values as `add`."""
-        c = self.cols
-        seq = c["seq"]
-        c["rank"].append(self.rank)
-        seq.append(len(seq))
-        c["iteration"].append(iteration)
-        c["kind"].append(kind)
-        c["op"].append(op)
-        c["stream"].append(int(stream))
-        c["shapes"].append(shapes)
-        c["dtypes"].append(dtypes)
-        c["strides"].append(strides)
-        c["args"].append(args)
-        c["out_shapes"].append(out_shapes)
-        c["out_dtypes"].append(out_dtypes)
-        c["flops"].append(flops)
-        c["bytes"].append(nbytes)
-        c["module"].append(module)
-        c["phase"].append(phase)
-        for col in _NO_COLLECTIVE:
-            c[col].append(None)
-        c["host_gap_s"].append(host_gap_s)
-        c["mem_allocated"].append(mem[0])
-        c["mem_reserved"].append(mem[1])
-        c["duration_s"].append(None)
-        c["placeholder"].append(False)
+        self._append((self.rank, len(self._seq), iteration, kind, op, int(stream), shapes, dtypes, strides, args,
+                      out_shapes, out_dtypes, flops, nbytes, module, phase, None, None, None, None, None, None,
+                      host_gap_s, mem[0], mem[1], None, False), hash_part)
+
+    def _append(self, row: tuple, hash_part: bytes) -> None:
+        """One value per column, in TRACE_SCHEMA order."""
+        for column, value in zip(self._lists, row, strict=True):
+            column.append(value)
         self._hash.update(hash_part)
         self.last_hash_part = hash_part
 
