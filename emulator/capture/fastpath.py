@@ -83,7 +83,6 @@ def _add(parts: list, tensors: list, values, any_float: bool, fresh: bool) -> No
             sig = None if fresh else v.__dict__.get(_SIG)
             if sig is None:
                 sig = signature_of(v)
-                _answer_device_in_cpp(v, v.fake_device)
             parts.append((sig, v.requires_grad))
             tensors.append(v)
         elif t in _SCALARS:
@@ -103,6 +102,7 @@ def signature_of(v: FakeTensor) -> tuple:
         raise Uncacheable
     sig = (tuple(v.shape), v.stride(), v.dtype, v.storage_offset(), v.fake_device, v.is_conj(), v.is_neg())
     v.__dict__[_SIG] = sig
+    _answer_device_in_cpp(v, sig[4])  # a tensor the cache knows (see `install`)
     return sig
 
 
@@ -211,7 +211,7 @@ def _spec(o, inputs: list, in_storages: list[int], seen_new: set[int]):
             raise Uncacheable
         seen_new.add(st)
         nbytes = o.untyped_storage().nbytes()
-        if torch.empty_strided(shape, stride, dtype=dtype, device="meta").untyped_storage().nbytes() != nbytes:
+        if torch.empty_strided(shape, stride, dtype=dtype, device=_META).untyped_storage().nbytes() != nbytes:
             raise Uncacheable  # an output over a larger buffer than its shape needs
         # only device storages occupy the emulated GPU's memory (a fake CPU tensor is host memory)
         return ("new", shape, stride, dtype, device, nbytes if device.type == "cuda" else None, sig)
@@ -225,7 +225,7 @@ def _spec(o, inputs: list, in_storages: list[int], seen_new: set[int]):
 def rebuild(spec, inputs: list[FakeTensor], fake_mode, new: list):
     """A fresh output equal (in metadata and aliasing) to what the fake kernel returned for this key.
 
-    Outputs with a fresh storage are appended to `new` as (tensor, storage bytes, None for a host
+    Outputs with a fresh storage are appended to `new` as (tensor, storage bytes or None for a host
     storage): the only ones the allocator must see. Every rebuilt tensor carries its signature (see `call_key`)."""
     kind = spec[0]
     if kind == "new":

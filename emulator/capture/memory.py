@@ -45,8 +45,7 @@ class DeviceMemory:
         self.overhead_s = 0.0
 
     def _malloc(self, nbytes: int, stream: int) -> int:
-        if self._dead:
-            self._apply_frees()
+        self._apply_frees()
         try:
             return self.allocator.malloc(nbytes, stream)
         except OutOfMemory as e:
@@ -57,6 +56,8 @@ class DeviceMemory:
             return 0
 
     def _apply_frees(self) -> None:
+        if not self._dead:
+            return
         dead, self._dead = self._dead, []
         live, free = self._live, self.allocator.free
         for key, ref in dead:
@@ -73,8 +74,7 @@ class DeviceMemory:
         """Account for `t`'s storage if it is on the device and new."""
         if t.device.type != "cuda":
             return
-        if self._dead:
-            self._apply_frees()  # a dead storage's address may be this one's
+        self._apply_frees()  # a dead storage's address may be this one's
         st = t.untyped_storage()
         key = st._cdata
         if key in self._live:
@@ -90,8 +90,7 @@ class DeviceMemory:
 
     def resized(self, storage, new_nbytes: int, stream: int) -> None:
         """`UntypedStorage.resize_` on a device storage: free the old block, allocate the new size."""
-        if self._dead:
-            self._apply_frees()
+        self._apply_frees()
         key = storage._cdata
         old = self._live.pop(key, None)
         if old is not None and old[0]:
@@ -116,27 +115,22 @@ class DeviceMemory:
 
     @property
     def allocated(self) -> int:
-        if self._dead:
-            self._apply_frees()
+        self._apply_frees()
         return self.allocator.allocated
 
     @property
     def reserved(self) -> int:
-        if self._dead:
-            self._apply_frees()
+        self._apply_frees()
         return self.allocator.reserved
 
     def stats(self) -> dict:
-        if self._dead:
-            self._apply_frees()
+        self._apply_frees()
         return self.allocator.stats()
 
     def reset_peak(self) -> None:
-        if self._dead:
-            self._apply_frees()
+        self._apply_frees()
         self.allocator.reset_peak()
 
     def empty_cache(self) -> None:
-        if self._dead:
-            self._apply_frees()
+        self._apply_frees()
         self.allocator.empty_cache()
