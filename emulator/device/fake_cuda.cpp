@@ -178,8 +178,6 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
   std::string showConfig() const override { return "maya fake CUDA device (emulation, no GPU)\n"; }
 };
 
-// The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
-// memory-efficient, then math), following torch's sdp_utils constraints in simplified form.
 // Writes TensorImpl's protected device field (no public setter exists; see maya_device_functions).
 struct DeviceAccess : c10::TensorImpl {
   static void set(c10::TensorImpl* t, c10::Device d) { static_cast<DeviceAccess*>(t)->device_opt_ = d; }
@@ -218,6 +216,8 @@ PyMethodDef g_device_methods[] = {
      METH_FASTCALL, "device() of this fake tensor asked in Python again"},
 };
 
+// The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
+// memory-efficient, then math), following torch's sdp_utils constraints in simplified form.
 int64_t fake_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                         std::optional<double> scale, bool enable_gqa) {
