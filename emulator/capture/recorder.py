@@ -240,7 +240,7 @@ class Recorder(TorchDispatchMode):
             if self._cuda_timing:  # profiling on a real GPU: its own allocator's numbers
                 return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
             return None, None
-        return self.memory.allocated, self.memory.reserved
+        return self.memory.figures()
 
     def wait_collective(self, work, op: str = "c10d::wait", internal: bool = False) -> None:
         """`Work.wait()` on a c10d collective: the issuing stream waits for it (an event_wait row).

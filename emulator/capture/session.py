@@ -209,7 +209,7 @@ class Session:
         point = rec.rows.checkpoint()
         parts = len(rec.gap_parts)
         mem = rec.memory
-        peaks = (mem.allocator.peak_allocated, mem.allocator.peak_reserved, mem.oom) if mem is not None else None
+        peaks = (mem.peaks(), mem.oom) if mem is not None else None
         before = rec.prices()
         rec.set_prices({"device_query": 0.0, "crossing": 0.0, "forward": 0.0, "backward": 0.0})
         gaps = rec.rows.cols["host_gap_s"]
@@ -252,7 +252,8 @@ class Session:
             rec.rows.rollback(point)
             del rec.gap_parts[parts:]
             if peaks is not None:  # the loops' tensors are the emulator's, not the program's
-                mem.allocator.peak_allocated, mem.allocator.peak_reserved, mem.oom = peaks
+                mem.restore_peaks(*peaks[0])
+                mem.oom = peaks[1]
 
     def _oom(self) -> bool:
         mem = self.recorder.memory
@@ -261,7 +262,7 @@ class Session:
     def _peaks(self) -> tuple[int, int]:
         mem = self.recorder.memory
         if mem is not None:
-            return int(mem.allocator.peak_allocated), int(mem.allocator.peak_reserved)
+            return mem.peaks()
         if self.recorder.device_type == "cuda":  # profiling on a real GPU
             return int(torch.cuda.max_memory_allocated()), int(torch.cuda.max_memory_reserved())
         import resource

@@ -31,7 +31,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("fake_cuda.cpp")
+# the library's sources: the device itself, and its memory (the allocator, storages that free themselves)
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("fake_cuda.cpp", "device_memory.cpp"))
 LIB_NAME = "maya_fake_cuda"
 
 _loaded: ctypes.CDLL | None = None
@@ -44,7 +45,7 @@ class DeviceBootError(RuntimeError):
 def cache_dir() -> Path:
     """Where built extensions live: $MAYA_CACHE_DIR/ext/<torch version>-<source hash>."""
     root = Path(os.environ.get("MAYA_CACHE_DIR") or Path.home() / ".cache" / "maya")
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
     return root / "ext" / f"torch-{importlib.metadata.version('torch')}-{digest}"
 
 
@@ -80,7 +81,8 @@ def build(verbose: bool = False) -> Path:
         if proc.returncode != 0 or not lib.exists():
             tail = ((proc.stdout or "") + (proc.stderr or ""))[-3000:]
             raise DeviceBootError(
-                f"building the fake CUDA device ({SOURCE.name}) failed; it needs g++ and ninja.\n{tail}")
+                f"building the fake CUDA device ({', '.join(src.name for src in SOURCES)}) failed; it needs g++ and "
+                f"ninja.\n{tail}")
     return lib
 
 
@@ -111,7 +113,19 @@ def device_functions() -> tuple | None:
     device is answered (see fake_cuda.cpp); None before `boot`."""
     if _loaded is None:
         return None
+    return _python_entry("maya_device_functions")
+
+
+def memory_functions() -> dict | None:
+    """{name: builtin} of the library's device memory (see device_memory.cpp and
+    emulator.capture.memory); None before `boot`."""
+    if _loaded is None:
+        return None
+    return _python_entry("maya_memory_functions")
+
+
+def _python_entry(name: str):
     # PyDLL: the call keeps the GIL (it builds Python objects)
-    fn = ctypes.PyDLL(_loaded._name, handle=_loaded._handle).maya_device_functions
+    fn = getattr(ctypes.PyDLL(_loaded._name, handle=_loaded._handle), name)
     fn.argtypes, fn.restype = [], ctypes.py_object
     return fn()

@@ -1,4 +1,4 @@
-"""`python -m emulator.device.build_ext DIR`: compile fake_cuda.cpp into DIR/maya_fake_cuda.so.
+"""`python -m emulator.device.build_ext DIR`: compile the fake device library into DIR/maya_fake_cuda.so.
 
 Run as its own process by `emulator.device.boot.build` because compiling needs `import torch`,
 and the process that will emulate must not import torch before loading the result.
@@ -12,14 +12,14 @@ from pathlib import Path
 
 from torch.utils.cpp_extension import load
 
-from emulator.device.boot import LIB_NAME, SOURCE
+from emulator.device.boot import LIB_NAME, SOURCES
 
 
 def main(out: str) -> None:
     out_dir = Path(out)
     build_dir = out_dir / "build"
     build_dir.mkdir(parents=True, exist_ok=True)
-    path = load(name=LIB_NAME, sources=[str(SOURCE)], build_directory=str(build_dir),
+    path = load(name=LIB_NAME, sources=[str(src) for src in SOURCES], build_directory=str(build_dir),
                 extra_cflags=["-O1", "-w"], is_python_module=False, verbose=False)
     built = Path(path) if path else build_dir / f"{LIB_NAME}.so"
     tmp = out_dir / f".{LIB_NAME}.so.tmp"

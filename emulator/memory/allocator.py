@@ -21,9 +21,12 @@ expandable segments, no garbage-collection threshold):
   fit, `OutOfMemory` is raised with the text the real allocator uses, and nothing changes;
 - `empty_cache()` releases every fully free segment.
 
-Speed matters (the emulator calls this for every op output), so free blocks live in one sorted
-list of integer keys per pool: `(stream, size, address)` packed into one Python int, which makes
-best fit a single `bisect`.
+This module is the reference model: readable, tested on its own (tests/emulator/test_allocator.py)
+and importable anywhere. An emulated rank runs its C++ twin (emulator/device/device_memory.cpp,
+the same policy line for line, ~20x cheaper per malloc and free), which
+tests/emulator/programs/allocator_twin.py holds to this model figure for figure. A change of
+policy goes into both. Here free blocks live in one sorted list of integer keys per pool:
+`(stream, size, address)` packed into one Python int, which makes best fit a single `bisect`.
 """
 
 from __future__ import annotations
@@ -243,23 +246,8 @@ class CachingAllocator:
 
     def stats(self) -> dict:
         """torch.cuda.memory_stats()-style flat dict (`<stat>.<all|small_pool|large_pool>.<current|peak|...>`)."""
-        out: dict[str, int] = {}
-        named = list(self._stats.items()) + [(m, self._stats[src]) for m, src in _MIRRORED.items()]
-        for name, v in named:
-            for label, off in (("all", 0), ("small_pool", _SMALL_OFF), ("large_pool", _LARGE_OFF)):
-                out[f"{name}.{label}.current"] = v[off]
-                out[f"{name}.{label}.peak"] = v[off + 1]
-                out[f"{name}.{label}.allocated"] = v[off + 2]
-                out[f"{name}.{label}.freed"] = v[off + 3]
-        out["num_alloc_retries"] = self.num_alloc_retries
-        out["num_ooms"] = self.num_ooms
-        out["num_device_alloc"] = self.num_device_alloc
-        out["num_device_free"] = self.num_device_free
-        out["num_sync_all_streams"] = 0
-        out["max_split_size"] = -1
-        out["oversize_allocations.current"] = out["oversize_allocations.peak"] = 0
-        out["oversize_segments.current"] = out["oversize_segments.peak"] = 0
-        return out
+        return stats_dict(list(self._stats.values()), self.num_alloc_retries, self.num_ooms, self.num_device_alloc,
+                          self.num_device_free)
 
     def segments(self) -> list[dict]:
         """A small torch.cuda.memory_snapshot()-like view: one entry per segment with its blocks."""
@@ -369,12 +357,40 @@ class CachingAllocator:
         _dec(self._stats["segment"], _OFFSET[block.pool], 1)
 
     def _oom_message(self, size: int) -> str:
-        free = max(self.capacity - self.reserved, 0)
-        return (f"CUDA out of memory. Tried to allocate {format_size(size)}. GPU {self.device} has a total capacity of "
-                f"{format_size(self.capacity)} of which {format_size(free)} is free. Including non-PyTorch memory, "
-                f"this process has {format_size(self.reserved)} memory in use. Of the allocated memory "
-                f"{format_size(self.allocated)} is allocated by PyTorch, and "
-                f"{format_size(self.reserved - self.allocated)} is reserved by PyTorch but unallocated. If reserved "
-                "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
-                "avoid fragmentation.  See documentation for Memory Management  "
-                "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+        return oom_message(size, self.capacity, self.reserved, self.allocated, self.device)
+
+
+def stats_dict(rows: list[list[int]], retries: int, ooms: int, device_allocs: int, device_frees: int) -> dict:
+    """torch.cuda.memory_stats()'s flat dict from the allocator's counters: `rows` are the stats in
+    `_STAT_NAMES` order (see `_inc`), then the allocator's event counts."""
+    named = dict(zip(_STAT_NAMES, rows, strict=True))
+    named.update({mirror: named[src] for mirror, src in _MIRRORED.items()})
+    out: dict[str, int] = {}
+    for name, v in named.items():
+        for label, off in (("all", 0), ("small_pool", _SMALL_OFF), ("large_pool", _LARGE_OFF)):
+            out[f"{name}.{label}.current"] = v[off]
+            out[f"{name}.{label}.peak"] = v[off + 1]
+            out[f"{name}.{label}.allocated"] = v[off + 2]
+            out[f"{name}.{label}.freed"] = v[off + 3]
+    out["num_alloc_retries"] = retries
+    out["num_ooms"] = ooms
+    out["num_device_alloc"] = device_allocs
+    out["num_device_free"] = device_frees
+    out["num_sync_all_streams"] = 0
+    out["max_split_size"] = -1
+    out["oversize_allocations.current"] = out["oversize_allocations.peak"] = 0
+    out["oversize_segments.current"] = out["oversize_segments.peak"] = 0
+    return out
+
+
+def oom_message(size: int, capacity: int, reserved: int, allocated: int, device: int = 0) -> str:
+    """The text of torch.cuda.OutOfMemoryError when a `size`-byte segment did not fit."""
+    free = max(capacity - reserved, 0)
+    return (f"CUDA out of memory. Tried to allocate {format_size(size)}. GPU {device} has a total capacity of "
+            f"{format_size(capacity)} of which {format_size(free)} is free. Including non-PyTorch memory, "
+            f"this process has {format_size(reserved)} memory in use. Of the allocated memory "
+            f"{format_size(allocated)} is allocated by PyTorch, and "
+            f"{format_size(reserved - allocated)} is reserved by PyTorch but unallocated. If reserved "
+            "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+            "avoid fragmentation.  See documentation for Memory Management  "
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
