@@ -48,6 +48,9 @@ _CPP = "_maya_device_in_cpp"  # True while C++ reads the tensor's device itself 
 # builtins of the fake device library (emulator/device/fake_cuda.cpp), set by `install`
 _device_in_cpp = None
 _device_in_python = None
+_meta_empty = None  # (shape, stride, dtype) -> torch.empty_strided(..., device="meta")
+_meta_view = None  # (base, shape, stride, offset, dtype) -> a meta tensor over base's storage
+_seal = None  # (fake tensor, device index or -1): its storage refuses data_ptr writes; device in C++
 _in_higher_order = 0  # > 0 while a higher-order op runs (see `install`)
 
 
@@ -136,7 +139,7 @@ def storage_key(v: FakeTensor) -> int:
     return key
 
 
-def install(device_functions: tuple | None = None) -> None:
+def install(device_functions: dict | None = None) -> None:
     """Hook the fast path into torch's fake tensors, once per process.
 
     1. `fake.data = other` replaces a fake tensor's metadata without an op: it must forget its
@@ -150,10 +153,14 @@ def install(device_functions: tuple | None = None) -> None:
        A higher-order op (FlexAttention) traces its functions with fake tensors of its own making
        (`query.new_zeros`, its buffers) before the recorder sees it: its arguments turn Python
        back on at its entry, and no tensor answers in C++ until it returns.
+    3. The same library builds rebuilt outputs' meta tensors in one call each (`meta_empty`,
+       `meta_view`, `seal`); without it, `rebuild` makes them with torch's Python API.
     """
-    global _device_in_cpp, _device_in_python
+    global _device_in_cpp, _device_in_python, _meta_empty, _meta_view, _seal
     if device_functions is not None and _device_in_cpp is None:
-        _device_in_cpp, _device_in_python = device_functions
+        _device_in_cpp, _device_in_python = device_functions["device_in_cpp"], device_functions["device_in_python"]
+        _meta_empty, _meta_view, _seal = (device_functions["meta_empty"], device_functions["meta_view"],
+                                          device_functions["seal"])
     if getattr(FakeTensor, "_maya_data_setter", False):
         return
     base = torch._C.TensorBase.data
@@ -230,7 +237,11 @@ def rebuild(spec, inputs: list[FakeTensor], fake_mode, new: list):
     kind = spec[0]
     if kind == "new":
         _, shape, stride, dtype, device, nbytes, sig = spec
-        t = new_fake(fake_mode, torch.empty_strided(shape, stride, dtype=dtype, device=_META), device, sig)
+        if _meta_empty is not None:
+            elem = _meta_empty(shape, stride, dtype)
+        else:
+            elem = torch.empty_strided(shape, stride, dtype=dtype, device=_META)
+        t = new_fake(fake_mode, elem, device, sig)
         new.append((t, nbytes))
         return t
     if kind == "same":
@@ -238,9 +249,12 @@ def rebuild(spec, inputs: list[FakeTensor], fake_mode, new: list):
     if kind == "view":
         _, idx, shape, stride, dtype, offset, device, sig = spec
         # a plain meta tensor over the base's (meta) storage: no fake tensor is touched, so no mode is needed
-        empty = torch.empty(0, dtype=dtype, device=_META)
-        empty.set_(inputs[idx].untyped_storage(), offset, shape, stride)
-        return new_fake(fake_mode, empty, device, sig)
+        if _meta_view is not None:
+            elem = _meta_view(inputs[idx], shape, stride, offset, dtype)
+        else:
+            elem = torch.empty(0, dtype=dtype, device=_META)
+            elem.set_(inputs[idx].untyped_storage(), offset, shape, stride)
+        return new_fake(fake_mode, elem, device, sig)
     if kind == "value":
         return spec[1]
     container, items = spec
@@ -266,15 +280,24 @@ def new_fake(fake_mode, elem: torch.Tensor, device: torch.device, sig: tuple | N
         fake_mode._maya_fake_template = {k: v for k, v in state.items() if v is not None}
         return t
     t = torch.Tensor._make_subclass(FakeTensor, elem, False, dispatch_device=True, device_for_backend_keys=device)
-    if fake_mode._allow_unsafe_data_ptr_access:
-        torch._C._set_warn_deprecated_on_mutable_data_ptr(t)
-    else:
-        torch._C._set_throw_on_mutable_data_ptr(t)
     d = t.__dict__
     d.update(template)
     d["_fake_device"] = device
     if sig is not None:
         d[_SIG] = sig
+    if _seal is not None and not fake_mode._allow_unsafe_data_ptr_access:
+        # as below, in one call; a tensor with a signature is one the cache knows: device in C++
+        if sig is not None and device.type == "cuda" and not _in_higher_order:
+            _seal(t, device.index or 0)
+            d[_CPP] = True
+        else:
+            _seal(t, -1)
+        return t
+    if fake_mode._allow_unsafe_data_ptr_access:
+        torch._C._set_warn_deprecated_on_mutable_data_ptr(t)
+    else:
+        torch._C._set_throw_on_mutable_data_ptr(t)
+    if sig is not None:
         _answer_device_in_cpp(t, device)
     return t
 

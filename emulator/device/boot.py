@@ -108,9 +108,10 @@ def is_booted() -> bool:
     return _loaded is not None
 
 
-def device_functions() -> tuple | None:
-    """(device_in_cpp, device_in_python): the library's builtins that say where a fake tensor's
-    device is answered (see fake_cuda.cpp); None before `boot`."""
+def device_functions() -> dict | None:
+    """{name: builtin} of the library's fake-tensor helpers (`device_in_cpp`, `device_in_python`,
+    `meta_empty`, `meta_view`, `seal`; see fake_cuda.cpp and emulator.capture.fastpath.install);
+    None before `boot`."""
     if _loaded is None:
         return None
     return _python_entry("maya_device_functions")

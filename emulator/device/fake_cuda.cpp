@@ -16,10 +16,12 @@
 // the C functions at the bottom.
 
 #include <Python.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/native/DispatchStub.h>
@@ -34,6 +36,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace maya_fake_cuda {
 
@@ -209,11 +212,100 @@ PyObject* device_in_python(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// ---- the signature cache's output rebuilding (emulator/capture/fastpath.py, `rebuild`), one call
+// each instead of two or three torch calls through Python's argument parser and the dispatcher
+
+bool int_tuple(PyObject* obj, std::vector<int64_t>& out) {
+  if (!PyTuple_Check(obj)) {
+    PyErr_SetString(PyExc_TypeError, "expected a tuple of ints");
+    return false;
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(obj);
+  out.resize(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(obj, i));
+    if (out[i] == -1 && PyErr_Occurred()) return false;
+  }
+  return true;
+}
+
+bool scalar_type(PyObject* obj, at::ScalarType& out) {
+  if (!THPDtype_Check(obj)) {
+    PyErr_SetString(PyExc_TypeError, "expected a torch.dtype");
+    return false;
+  }
+  out = reinterpret_cast<THPDtype*>(obj)->scalar_type;
+  return true;
+}
+
+// meta_empty(shape, stride, dtype): torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+PyObject* meta_empty(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "meta_empty(shape, stride, dtype)");
+    return nullptr;
+  }
+  std::vector<int64_t> shape, stride;
+  at::ScalarType dtype;
+  if (!int_tuple(args[0], shape) || !int_tuple(args[1], stride) || !scalar_type(args[2], dtype)) return nullptr;
+  try {
+    return THPVariable_Wrap(at::detail::empty_strided_meta(shape, stride, dtype));
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+// meta_view(base, shape, stride, offset, dtype): a meta tensor over base's storage, like
+// torch.empty(0, dtype=dtype, device="meta").set_(base.untyped_storage(), offset, shape, stride)
+PyObject* meta_view(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "meta_view(base, shape, stride, offset, dtype)");
+    return nullptr;
+  }
+  std::vector<int64_t> shape, stride;
+  at::ScalarType dtype;
+  if (!int_tuple(args[1], shape) || !int_tuple(args[2], stride) || !scalar_type(args[4], dtype)) return nullptr;
+  const long long offset = PyLong_AsLongLong(args[3]);
+  if (offset == -1 && PyErr_Occurred()) return nullptr;
+  try {
+    auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(THPVariable_Unpack(args[0]).storage()),
+                                                     c10::DispatchKeySet(c10::DispatchKey::Meta),
+                                                     c10::scalarTypeToTypeMeta(dtype));
+    impl->set_sizes_and_strides(shape, stride, offset);
+    return THPVariable_Wrap(at::Tensor(std::move(impl)));
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+// seal(fake_tensor, device_index): what FakeTensor's constructor does to a new fake tensor's
+// storage (writing through data_ptr raises), and for index >= 0 device_in_cpp as well
+PyObject* seal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "seal(tensor, index)");
+    return nullptr;
+  }
+  long index = PyLong_AsLong(args[1]);
+  if (index == -1 && PyErr_Occurred()) return nullptr;
+  c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
+  impl->storage().unsafeGetStorageImpl()->set_throw_on_mutable_data_ptr();
+  if (index >= 0) {
+    DeviceAccess::set(impl, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
+    impl->set_python_custom_device(false);
+  }
+  Py_RETURN_NONE;
+}
+
+#define MAYA_FASTCALL(name, fn, doc) \
+  {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fn)), METH_FASTCALL, doc}
+
 PyMethodDef g_device_methods[] = {
-    {"device_in_cpp", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(device_in_cpp)),
-     METH_FASTCALL, "device() of this fake tensor answered in C++"},
-    {"device_in_python", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(device_in_python)),
-     METH_FASTCALL, "device() of this fake tensor asked in Python again"},
+    MAYA_FASTCALL("device_in_cpp", device_in_cpp, "device() of this fake tensor answered in C++"),
+    MAYA_FASTCALL("device_in_python", device_in_python, "device() of this fake tensor asked in Python again"),
+    MAYA_FASTCALL("meta_empty", meta_empty, "torch.empty_strided(shape, stride, dtype=dtype, device='meta')"),
+    MAYA_FASTCALL("meta_view", meta_view, "a meta tensor over base's storage"),
+    MAYA_FASTCALL("seal", seal, "a new fake tensor's storage refuses data_ptr writes; device in C++ for index >= 0"),
 };
 
 // The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
@@ -273,16 +365,22 @@ void maya_set_target(int device_count, int cap_major, int cap_minor) {
 }
 int maya_fake_cuda_loaded() { return 1; }
 
-// Where a fake tensor's device() is answered (emulator/capture/fastpath.py, `install`).
-// FakeTensor makes C++ ask Python for its device (~8 questions per recorded op: autograd's input
-// metadata, autocast's eligibility checks, the engine's output validation), because inside a
-// fake kernel the same tensor must say "meta". Between fake kernels the answer is always the fake
-// CUDA device, so the emulator lets C++ read it from the TensorImpl and turns Python back on
-// before the tensor enters a fake kernel. Both are Python builtins (this library is loaded before
-// torch, so the functions are handed over as objects): one call costs what a builtin costs.
-// Callers pass fake tensors only (no type check: THPVariableClass lives in libtorch_python).
+// Builtins for emulator/capture/fastpath.py (see its `install`), as {name: builtin}.
+// Where a fake tensor's device() is answered: FakeTensor makes C++ ask Python for its device (~8
+// questions per recorded op: autograd's input metadata, autocast's eligibility checks, the
+// engine's output validation), because inside a fake kernel the same tensor must say "meta".
+// Between fake kernels the answer is always the fake CUDA device, so the emulator lets C++ read it
+// from the TensorImpl and turns Python back on before the tensor enters a fake kernel. And the
+// pieces of a rebuilt output (meta_empty, meta_view, seal). This library is loaded before torch,
+// so the functions are handed over as objects: one call costs what a builtin costs.
+// Callers pass fake tensors only (no type check on tensors).
 PyObject* maya_device_functions() {
-  return Py_BuildValue("(NN)", PyCFunction_New(&maya_fake_cuda::g_device_methods[0], nullptr),
-                       PyCFunction_New(&maya_fake_cuda::g_device_methods[1], nullptr));
+  PyObject* out = PyDict_New();
+  for (PyMethodDef& m : maya_fake_cuda::g_device_methods) {
+    PyObject* fn = PyCFunction_New(&m, nullptr);
+    PyDict_SetItemString(out, m.ml_name, fn);
+    Py_DECREF(fn);
+  }
+  return out;
 }
 }
