@@ -50,7 +50,7 @@ _device_in_cpp = None
 _device_in_python = None
 _meta_empty = None  # (shape, stride, dtype) -> torch.empty_strided(..., device="meta")
 _meta_view = None  # (base, shape, stride, offset, dtype) -> a meta tensor over base's storage
-_seal = None  # (fake tensor, device index or -1): its storage refuses data_ptr writes; device in C++
+_seal = None  # (fake tensor, device index or -1, throw): its storage guards data_ptr writes; device in C++
 _in_higher_order = 0  # > 0 while a higher-order op runs (see `install`)
 
 
@@ -63,7 +63,7 @@ def call_key(func, args: tuple, kwargs: dict, any_float: bool = False,
     change every step, and without this its biggest ops would never hit); such a key is good for
     the outputs, not for the row (whose args JSON has the values). `fresh`: read every tensor's
     metadata anew (and re-cache it), for a call that may just have changed it."""
-    parts: list = [func, torch.get_default_dtype()]
+    parts: list = [id(func), torch.get_default_dtype()]  # an OpOverload hashes in Python; ops live as long as torch
     tensors: list[FakeTensor] = []
     try:
         _add(parts, tensors, args, any_float, fresh)
@@ -285,13 +285,12 @@ def new_fake(fake_mode, elem: torch.Tensor, device: torch.device, sig: tuple | N
     d["_fake_device"] = device
     if sig is not None:
         d[_SIG] = sig
-    if _seal is not None and not fake_mode._allow_unsafe_data_ptr_access:
-        # as below, in one call; a tensor with a signature is one the cache knows: device in C++
-        if sig is not None and device.type == "cuda" and not _in_higher_order:
-            _seal(t, device.index or 0)
+    if _seal is not None:  # what follows, in one call
+        if sig is not None and device.type == "cuda" and not _in_higher_order:  # a tensor the cache knows
+            _seal(t, device.index or 0, not fake_mode._allow_unsafe_data_ptr_access)
             d[_CPP] = True
         else:
-            _seal(t, -1)
+            _seal(t, -1, not fake_mode._allow_unsafe_data_ptr_access)
         return t
     if fake_mode._allow_unsafe_data_ptr_access:
         torch._C._set_warn_deprecated_on_mutable_data_ptr(t)

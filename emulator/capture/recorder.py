@@ -139,7 +139,8 @@ class Recorder(TorchDispatchMode):
         self._out_specs: dict = {}  # call key -> fastpath output spec (None: uncacheable)
         self._row_cache: dict = {}  # call key -> the row fields a repeated call reproduces
         self._noted = 0  # placeholders + unsupported ops seen; a call that adds one is not cached
-        self._op_info: dict = {}  # OpOverload -> _learn_op's answer
+        # id(OpOverload) -> _learn_op's answer (an OpOverload hashes in Python; operators live as long as torch)
+        self._op_info: dict = {}
         self._lock = threading.RLock()
         # real values of small device tensors whose data came from the host (read by .item() and friends)
         self.shadows = Shadows() if policy == "emulate" else None
@@ -290,14 +291,14 @@ class Recorder(TorchDispatchMode):
             # C++. The hottest path of the emulator: counted, not timed (priced by calibration).
             self.device_queries += 1
             return args[0].fake_device
-        t_enter = _clock()
         self.crossings += 1
         if func is _LOCAL_SCALAR and type(args[0]) is torch.Tensor and not args[0].is_cuda:
             return func(*args)  # `.item()` of a host tensor (an optimizer's step count): no device event
+        t_enter = _clock()
         kwargs = kwargs or {}
-        info = self._op_info.get(func)
+        info = self._op_info.get(id(func))
         if info is None:
-            info = self._op_info[func] = self._learn_op(func)
+            info = self._op_info[id(func)] = self._learn_op(func)
         op, keyable, any_float, view = info
         if op is None:
             return self._record_higher_order(func, args, kwargs, t_enter)

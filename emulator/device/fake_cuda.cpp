@@ -279,17 +279,23 @@ PyObject* meta_view(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
-// seal(fake_tensor, device_index): what FakeTensor's constructor does to a new fake tensor's
-// storage (writing through data_ptr raises), and for index >= 0 device_in_cpp as well
+// seal(fake_tensor, device_index, throw): what FakeTensor's constructor does to a new fake tensor's
+// storage (writing through data_ptr raises if `throw`, else warns), and for index >= 0
+// device_in_cpp as well
 PyObject* seal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "seal(tensor, index)");
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "seal(tensor, index, throw)");
     return nullptr;
   }
   long index = PyLong_AsLong(args[1]);
   if (index == -1 && PyErr_Occurred()) return nullptr;
   c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
-  impl->storage().unsafeGetStorageImpl()->set_throw_on_mutable_data_ptr();
+  c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+  if (PyObject_IsTrue(args[2])) {
+    storage->set_throw_on_mutable_data_ptr();
+  } else {
+    storage->set_warn_deprecated_on_mutable_data_ptr();
+  }
   if (index >= 0) {
     DeviceAccess::set(impl, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
     impl->set_python_custom_device(false);
@@ -305,7 +311,7 @@ PyMethodDef g_device_methods[] = {
     MAYA_FASTCALL("device_in_python", device_in_python, "device() of this fake tensor asked in Python again"),
     MAYA_FASTCALL("meta_empty", meta_empty, "torch.empty_strided(shape, stride, dtype=dtype, device='meta')"),
     MAYA_FASTCALL("meta_view", meta_view, "a meta tensor over base's storage"),
-    MAYA_FASTCALL("seal", seal, "a new fake tensor's storage refuses data_ptr writes; device in C++ for index >= 0"),
+    MAYA_FASTCALL("seal", seal, "a new fake tensor's storage guards data_ptr writes; device in C++ for index >= 0"),
 };
 
 // The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
