@@ -188,16 +188,12 @@ def install(device_functions: dict | None = None) -> None:
     HigherOrderOperator.__call__ = higher_order_call
 
 
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
-
-
 def output_spec(out, inputs: list[FakeTensor]):
     """How to rebuild `out` from the inputs: a nested spec, or raise Uncacheable.
 
     A plain recursive function, not a closure: a self-referencing closure is a reference cycle
     that would keep the inputs alive until the next GC and so shift the emulated frees."""
-    return _spec(out, inputs, [_storage(t) for t in inputs], set())
+    return _spec(out, inputs, [storage_key(t) for t in inputs], set())
 
 
 def _spec(o, inputs: list, in_storages: list[int], seen_new: set[int]):
@@ -211,7 +207,7 @@ def _spec(o, inputs: list, in_storages: list[int], seen_new: set[int]):
         shape, stride, offset = tuple(o.shape), tuple(o.stride()), o.storage_offset()
         dtype, device = o.dtype, o.fake_device
         sig = (shape, stride, dtype, offset, device, False, False)  # as signature_of would read it
-        st = _storage(o)
+        st = storage_key(o)
         if st in in_storages:
             return ("view", in_storages.index(st), shape, stride, dtype, offset, device, sig)
         if st in seen_new or offset != 0:
