@@ -323,16 +323,14 @@ PyObject* free_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-// own(alloc, fake_tensor, nbytes, stream) -> 0, or the segment bytes that did not fit. A storage
-// owned already (a view's, an input returned as output) is left as it is.
-PyObject* own(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!check_args(nargs, 4, "own(allocator, tensor, nbytes, stream)")) return nullptr;
-  Allocator* a = unwrap(args[0]);
-  long long nbytes = PyLong_AsLongLong(args[2]);
-  long long stream = PyLong_AsLongLong(args[3]);
-  if (a == nullptr || PyErr_Occurred()) return nullptr;
-  c10::StorageImpl* s = THPVariable_Unpack(args[1]).storage().unsafeGetStorageImpl();
-  if (owner_of(s) != nullptr) return PyLong_FromLong(0);
+// The storage behind a Python tensor, or nullptr for a tensor without one (sparse, nested).
+c10::StorageImpl* storage_of(PyObject* tensor) {
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  return t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+}
+
+PyObject* own_storage(Allocator* a, c10::StorageImpl* s, long long nbytes, long long stream) {
+  if (s == nullptr || owner_of(s) != nullptr) return PyLong_FromLong(0);
   int64_t handle;
   {
     std::lock_guard<std::mutex> guard(a->mu);
@@ -346,16 +344,26 @@ PyObject* own(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return PyLong_FromLong(0);
 }
 
+// own(alloc, fake_tensor, nbytes, stream) -> 0, or the segment bytes that did not fit. A storage
+// owned already (a view's, an input returned as output) is left as it is, and so is a tensor
+// without a storage.
+PyObject* own(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!check_args(nargs, 4, "own(allocator, tensor, nbytes, stream)")) return nullptr;
+  Allocator* a = unwrap(args[0]);
+  long long nbytes = PyLong_AsLongLong(args[2]);
+  long long stream = PyLong_AsLongLong(args[3]);
+  if (a == nullptr || PyErr_Occurred()) return nullptr;
+  return own_storage(a, storage_of(args[1]), nbytes, stream);
+}
+
 // see(alloc, fake_tensor, stream) -> as `own`, with the storage's own size
 PyObject* see(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!check_args(nargs, 3, "see(allocator, tensor, stream)")) return nullptr;
-  c10::StorageImpl* s = THPVariable_Unpack(args[1]).storage().unsafeGetStorageImpl();
-  if (owner_of(s) != nullptr) return PyLong_FromLong(0);
-  PyObject* nbytes = PyLong_FromSize_t(s->nbytes());
-  PyObject* call[4] = {args[0], args[1], nbytes, args[2]};
-  PyObject* out = own(nullptr, call, 4);
-  Py_DECREF(nbytes);
-  return out;
+  Allocator* a = unwrap(args[0]);
+  long long stream = PyLong_AsLongLong(args[2]);
+  if (a == nullptr || PyErr_Occurred()) return nullptr;
+  c10::StorageImpl* s = storage_of(args[1]);
+  return own_storage(a, s, s != nullptr ? static_cast<long long>(s->nbytes()) : 0, stream);
 }
 
 // resize(alloc, storage_cdata, new_nbytes, stream) -> -1 if the storage is not this emulator's,

@@ -290,11 +290,13 @@ PyObject* seal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   long index = PyLong_AsLong(args[1]);
   if (index == -1 && PyErr_Occurred()) return nullptr;
   c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
-  c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
-  if (PyObject_IsTrue(args[2])) {
-    storage->set_throw_on_mutable_data_ptr();
-  } else {
-    storage->set_warn_deprecated_on_mutable_data_ptr();
+  if (impl->has_storage()) {
+    c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+    if (PyObject_IsTrue(args[2])) {
+      storage->set_throw_on_mutable_data_ptr();
+    } else {
+      storage->set_warn_deprecated_on_mutable_data_ptr();
+    }
   }
   if (index >= 0) {
     DeviceAccess::set(impl, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
