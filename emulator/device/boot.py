@@ -33,6 +33,7 @@ from pathlib import Path
 
 # the library's sources: the device itself, and its memory (the allocator, storages that free themselves)
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("fake_cuda.cpp", "device_memory.cpp"))
+_BUILD_INPUTS = (*SOURCES, Path(__file__).with_name("builtins.h"))  # what the cached build depends on
 LIB_NAME = "maya_fake_cuda"
 
 _loaded: ctypes.CDLL | None = None
@@ -45,7 +46,7 @@ class DeviceBootError(RuntimeError):
 def cache_dir() -> Path:
     """Where built extensions live: $MAYA_CACHE_DIR/ext/<torch version>-<source hash>."""
     root = Path(os.environ.get("MAYA_CACHE_DIR") or Path.home() / ".cache" / "maya")
-    digest = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(src.read_bytes() for src in _BUILD_INPUTS)).hexdigest()[:12]
     return root / "ext" / f"torch-{importlib.metadata.version('torch')}-{digest}"
 
 

@@ -20,6 +20,8 @@
 #include <Python.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "builtins.h"
+
 #include <c10/core/StorageImpl.h>
 
 #include <array>
@@ -278,10 +280,16 @@ Allocator* unwrap(PyObject* capsule) {
   return static_cast<Allocator*>(PyCapsule_GetPointer(capsule, "maya.Allocator"));
 }
 
-bool check_args(Py_ssize_t nargs, Py_ssize_t want, const char* usage) {
-  if (nargs == want) return true;
-  PyErr_SetString(PyExc_TypeError, usage);
-  return false;
+using maya_builtins::check_args;
+
+// fn(allocator) under its lock, for the builtins whose only argument is the allocator
+template <typename Fn>
+PyObject* locked(PyObject* const* args, Py_ssize_t nargs, const char* usage, Fn fn) {
+  if (!check_args(nargs, 1, usage)) return nullptr;
+  Allocator* a = unwrap(args[0]);
+  if (a == nullptr) return nullptr;
+  std::lock_guard<std::mutex> guard(a->mu);
+  return fn(*a);
 }
 
 PyObject* new_allocator(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -390,12 +398,10 @@ PyObject* resize(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 // figures(alloc) -> (allocated, reserved, peak_allocated, peak_reserved)
 PyObject* figures(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!check_args(nargs, 1, "figures(allocator)")) return nullptr;
-  Allocator* a = unwrap(args[0]);
-  if (a == nullptr) return nullptr;
-  std::lock_guard<std::mutex> guard(a->mu);
-  return Py_BuildValue("(LLLL)", static_cast<long long>(a->allocated), static_cast<long long>(a->reserved),
-                       static_cast<long long>(a->peak_allocated), static_cast<long long>(a->peak_reserved));
+  return locked(args, nargs, "figures(allocator)", [](Allocator& a) {
+    return Py_BuildValue("(LLLL)", static_cast<long long>(a.allocated), static_cast<long long>(a.reserved),
+                         static_cast<long long>(a.peak_allocated), static_cast<long long>(a.peak_reserved));
+  });
 }
 
 // set_peaks(alloc, peak_allocated, peak_reserved): put back peaks the emulator's own tensors raised
@@ -413,41 +419,32 @@ PyObject* set_peaks(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 // stats(alloc) -> (7 stat rows of 12, (retries, ooms, device allocs, device frees))
 PyObject* stats(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!check_args(nargs, 1, "stats(allocator)")) return nullptr;
-  Allocator* a = unwrap(args[0]);
-  if (a == nullptr) return nullptr;
-  std::lock_guard<std::mutex> guard(a->mu);
-  PyObject* rows = PyTuple_New(kNumStats);
-  for (int s = 0; s < kNumStats; ++s) {
-    PyObject* row = PyList_New(12);
-    for (int i = 0; i < 12; ++i) PyList_SET_ITEM(row, i, PyLong_FromLongLong(a->stats[s][i]));
-    PyTuple_SET_ITEM(rows, s, row);
-  }
-  return Py_BuildValue("(N(LLLL))", rows, static_cast<long long>(a->num_alloc_retries),
-                       static_cast<long long>(a->num_ooms), static_cast<long long>(a->num_device_alloc),
-                       static_cast<long long>(a->num_device_free));
+  return locked(args, nargs, "stats(allocator)", [](Allocator& a) {
+    PyObject* rows = PyTuple_New(kNumStats);
+    for (int s = 0; s < kNumStats; ++s) {
+      PyObject* row = PyList_New(12);
+      for (int i = 0; i < 12; ++i) PyList_SET_ITEM(row, i, PyLong_FromLongLong(a.stats[s][i]));
+      PyTuple_SET_ITEM(rows, s, row);
+    }
+    return Py_BuildValue("(N(LLLL))", rows, static_cast<long long>(a.num_alloc_retries),
+                         static_cast<long long>(a.num_ooms), static_cast<long long>(a.num_device_alloc),
+                         static_cast<long long>(a.num_device_free));
+  });
 }
 
 PyObject* empty_cache(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!check_args(nargs, 1, "empty_cache(allocator)")) return nullptr;
-  Allocator* a = unwrap(args[0]);
-  if (a == nullptr) return nullptr;
-  std::lock_guard<std::mutex> guard(a->mu);
-  a->empty_cache();
-  Py_RETURN_NONE;
+  return locked(args, nargs, "empty_cache(allocator)", [](Allocator& a) {
+    a.empty_cache();
+    Py_RETURN_NONE;
+  });
 }
 
 PyObject* reset_peak(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!check_args(nargs, 1, "reset_peak(allocator)")) return nullptr;
-  Allocator* a = unwrap(args[0]);
-  if (a == nullptr) return nullptr;
-  std::lock_guard<std::mutex> guard(a->mu);
-  a->reset_peak();
-  Py_RETURN_NONE;
+  return locked(args, nargs, "reset_peak(allocator)", [](Allocator& a) {
+    a.reset_peak();
+    Py_RETURN_NONE;
+  });
 }
-
-#define MAYA_FASTCALL(name, fn, doc) \
-  {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fn)), METH_FASTCALL, doc}
 
 PyMethodDef g_methods[] = {
     MAYA_FASTCALL("new_allocator", new_allocator, "a caching allocator of this capacity"),
@@ -467,13 +464,5 @@ PyMethodDef g_methods[] = {
 
 extern "C" {
 // {name: builtin} for emulator/capture/memory.py (see emulator.device.boot.memory_functions)
-PyObject* maya_memory_functions() {
-  PyObject* out = PyDict_New();
-  for (PyMethodDef& m : maya_device_memory::g_methods) {
-    PyObject* fn = PyCFunction_New(&m, nullptr);
-    PyDict_SetItemString(out, m.ml_name, fn);
-    Py_DECREF(fn);
-  }
-  return out;
-}
+PyObject* maya_memory_functions() { return maya_builtins::as_dict(maya_device_memory::g_methods); }
 }

@@ -31,6 +31,8 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
+#include "builtins.h"
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -188,10 +190,7 @@ struct DeviceAccess : c10::TensorImpl {
 
 // device_in_cpp(fake_tensor, index): device() answers cuda:index from the TensorImpl.
 PyObject* device_in_cpp(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "device_in_cpp(tensor, index)");
-    return nullptr;
-  }
+  if (!maya_builtins::check_args(nargs, 2, "device_in_cpp(tensor, index)")) return nullptr;
   long index = PyLong_AsLong(args[1]);
   if (index == -1 && PyErr_Occurred()) return nullptr;
   c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
@@ -202,10 +201,7 @@ PyObject* device_in_cpp(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 // device_in_python(fake_tensor): back to FakeTensor's own arrangement (meta, asked in Python).
 PyObject* device_in_python(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 1) {
-    PyErr_SetString(PyExc_TypeError, "device_in_python(tensor)");
-    return nullptr;
-  }
+  if (!maya_builtins::check_args(nargs, 1, "device_in_python(tensor)")) return nullptr;
   c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
   DeviceAccess::set(impl, c10::Device(c10::DeviceType::Meta));
   impl->set_python_custom_device(true);
@@ -240,10 +236,7 @@ bool scalar_type(PyObject* obj, at::ScalarType& out) {
 
 // meta_empty(shape, stride, dtype): torch.empty_strided(shape, stride, dtype=dtype, device="meta")
 PyObject* meta_empty(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "meta_empty(shape, stride, dtype)");
-    return nullptr;
-  }
+  if (!maya_builtins::check_args(nargs, 3, "meta_empty(shape, stride, dtype)")) return nullptr;
   std::vector<int64_t> shape, stride;
   at::ScalarType dtype;
   if (!int_tuple(args[0], shape) || !int_tuple(args[1], stride) || !scalar_type(args[2], dtype)) return nullptr;
@@ -258,10 +251,7 @@ PyObject* meta_empty(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // meta_view(base, shape, stride, offset, dtype): a meta tensor over base's storage, like
 // torch.empty(0, dtype=dtype, device="meta").set_(base.untyped_storage(), offset, shape, stride)
 PyObject* meta_view(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "meta_view(base, shape, stride, offset, dtype)");
-    return nullptr;
-  }
+  if (!maya_builtins::check_args(nargs, 5, "meta_view(base, shape, stride, offset, dtype)")) return nullptr;
   std::vector<int64_t> shape, stride;
   at::ScalarType dtype;
   if (!int_tuple(args[1], shape) || !int_tuple(args[2], stride) || !scalar_type(args[4], dtype)) return nullptr;
@@ -283,10 +273,7 @@ PyObject* meta_view(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // storage (writing through data_ptr raises if `throw`, else warns), and for index >= 0
 // device_in_cpp as well
 PyObject* seal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "seal(tensor, index, throw)");
-    return nullptr;
-  }
+  if (!maya_builtins::check_args(nargs, 3, "seal(tensor, index, throw)")) return nullptr;
   long index = PyLong_AsLong(args[1]);
   if (index == -1 && PyErr_Occurred()) return nullptr;
   c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
@@ -304,9 +291,6 @@ PyObject* seal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   Py_RETURN_NONE;
 }
-
-#define MAYA_FASTCALL(name, fn, doc) \
-  {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fn)), METH_FASTCALL, doc}
 
 PyMethodDef g_device_methods[] = {
     MAYA_FASTCALL("device_in_cpp", device_in_cpp, "device() of this fake tensor answered in C++"),
@@ -382,13 +366,5 @@ int maya_fake_cuda_loaded() { return 1; }
 // pieces of a rebuilt output (meta_empty, meta_view, seal). This library is loaded before torch,
 // so the functions are handed over as objects: one call costs what a builtin costs.
 // Callers pass fake tensors only (no type check on tensors).
-PyObject* maya_device_functions() {
-  PyObject* out = PyDict_New();
-  for (PyMethodDef& m : maya_fake_cuda::g_device_methods) {
-    PyObject* fn = PyCFunction_New(&m, nullptr);
-    PyDict_SetItemString(out, m.ml_name, fn);
-    Py_DECREF(fn);
-  }
-  return out;
-}
+PyObject* maya_device_functions() { return maya_builtins::as_dict(maya_fake_cuda::g_device_methods); }
 }
