@@ -124,9 +124,18 @@ def forget_signatures(values) -> None:
             forget_signatures(v)
 
 
+def _cpp_device_index(device: torch.device) -> int:
+    """The device index C++ may answer for a fake tensor the cache knows, or -1: Python answers (see
+    `install`)."""
+    if _device_in_cpp is None or device.type != "cuda" or _in_higher_order:
+        return -1
+    return device.index or 0
+
+
 def _answer_device_in_cpp(t: FakeTensor, device: torch.device) -> None:
-    if _device_in_cpp is not None and device.type == "cuda" and not _in_higher_order:
-        _device_in_cpp(t, device.index or 0)
+    index = _cpp_device_index(device)
+    if index >= 0:
+        _device_in_cpp(t, index)
         t.__dict__[_CPP] = True
 
 
@@ -282,11 +291,10 @@ def new_fake(fake_mode, elem: torch.Tensor, device: torch.device, sig: tuple | N
     if sig is not None:
         d[_SIG] = sig
     if _seal is not None:  # what follows, in one call
-        if sig is not None and device.type == "cuda" and not _in_higher_order:  # a tensor the cache knows
-            _seal(t, device.index or 0, not fake_mode._allow_unsafe_data_ptr_access)
+        index = _cpp_device_index(device) if sig is not None else -1  # a tensor with a signature: the cache knows it
+        _seal(t, index, not fake_mode._allow_unsafe_data_ptr_access)
+        if index >= 0:
             d[_CPP] = True
-        else:
-            _seal(t, -1, not fake_mode._allow_unsafe_data_ptr_access)
         return t
     if fake_mode._allow_unsafe_data_ptr_access:
         torch._C._set_warn_deprecated_on_mutable_data_ptr(t)

@@ -96,14 +96,6 @@ class DeviceMemory:
         allocated, reserved, _, _ = self._figures(self._alloc)
         return allocated, reserved
 
-    @property
-    def allocated(self) -> int:
-        return self._figures(self._alloc)[0]
-
-    @property
-    def reserved(self) -> int:
-        return self._figures(self._alloc)[1]
-
     def peaks(self) -> tuple[int, int]:
         """(peak allocated, peak reserved) bytes since the start or the last `reset_peak`."""
         _, _, peak_allocated, peak_reserved = self._figures(self._alloc)
