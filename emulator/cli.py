@@ -38,7 +38,7 @@ def _program(script: str | None, module: str | None,
 
 
 def _gpu(key: str):
-    from emulator.hardware import UnknownGPUError, get_gpu
+    from emulator.core.hardware import UnknownGPUError, get_gpu
 
     try:
         return get_gpu(key)
@@ -61,7 +61,7 @@ def emulate(
     jobs: int = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)"),
 ):
     """Run the program on an emulated GPU cluster and write a trace per rank."""
-    from emulator.launcher import run_emulation
+    from emulator.launch.emulate import run_emulation
 
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
@@ -82,7 +82,7 @@ def profile(
                                      help="record nothing; only each iteration's wall time (the program's own speed)"),
 ):
     """Run the program for real on the local device and write the same trace with measured durations."""
-    from emulator.profile import run_profile
+    from emulator.launch.profile import run_profile
 
     script, module, argv = _program(script, module, args)
     summary = run_profile(script=script, module=module, argv=argv, nproc_per_node=nproc_per_node,
@@ -113,7 +113,7 @@ def simulate(
     """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
     if gpu:
         gpu = _gpu(gpu).key
-    from emulator.predict import simulate_command
+    from emulator.pipeline import simulate_command
 
     result = simulate_command(trace_dir, **_simulate_options(gpu, nnodes, nproc_per_node, cluster,
                                                             price_per_gpu_hour, tokens_per_iteration, timeline,
@@ -141,8 +141,8 @@ def predict(
                                        help="time every op with the labelled analytical fallback (no predictors)"),
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
-    from emulator.launcher import run_emulation
-    from emulator.predict import simulate_command
+    from emulator.launch.emulate import run_emulation
+    from emulator.pipeline import simulate_command
 
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
@@ -171,7 +171,7 @@ def calibrate(
 @app.command()
 def gpus():
     """List the GPU parts maya knows."""
-    from emulator.hardware import GPUS
+    from emulator.core.hardware import GPUS
 
     t = Table(title="GPUs maya knows")
     for col in ("key", "name", "memory GiB", "SMs", "bf16 TFLOP/s", "HBM TB/s", "NVLink GB/s", "$/h"):

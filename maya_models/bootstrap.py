@@ -19,7 +19,7 @@ BOOTSTRAP_ROWS_PER_FAMILY = 20_000
 
 def ensure_predictors(gpu: str = "h100", *, root=None, force: bool = False, log=print) -> dict:
     """Make sure `maya-kernels-<gpu>@champion` and `maya-collectives-<gpu>@champion` exist."""
-    from emulator.hardware import get_gpu
+    from emulator.core.hardware import get_gpu
     from maya_models.registry import champion_version
     from maya_models.train import publish, train_collective_predictor, train_kernel_predictor, training_rows
     from maya_models.warehouse import measurement_files

@@ -3,7 +3,7 @@
 Prior:  t = c0 + c1 * steps(n) + c2 * factor(n) * coll_bytes / link_bw
 with the ring step count and nccl-tests bus factor of the collective on a group of n GPUs and the
 link bandwidth of the level (NVLink/NVSwitch or PCIe inside a node, the NIC between nodes; from
-emulator.hardware). c0..c2 >= 0 are fitted to the measurements by non-negative least squares on
+emulator.core.hardware). c0..c2 >= 0 are fitted to the measurements by non-negative least squares on
 relative error, one set per (collective, level), so each is a physically shaped curve that
 extrapolates sanely in size and group size.
 
@@ -11,7 +11,7 @@ Residual: XGBoost on log(measured / prior) learns what alpha-beta misses (NCCL p
 LL/LL128/Simple, tree vs ring). It is applied only inside the measured envelope (same collective
 and level, a measured group size and nodes count, sizes within 2x of the measured range); outside
 it the prior alone answers, which is what "the prior dominates outside the data" means here.
-A (collective, level) with no measurements at all uses emulator.roofline.collective_time,
+A (collective, level) with no measurements at all uses emulator.core.roofline.collective_time,
 labelled `fallback`.
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from emulator.hardware import get_gpu
-from emulator.roofline import collective_time, group_link, roofline_durations
+from emulator.core.hardware import get_gpu
+from emulator.core.roofline import collective_time, group_link, roofline_durations
 from maya_models.features import collective_columns, collective_features, ring_factor, ring_steps
 from maya_models.kernels import XGB_THREADS, check_fingerprint, roofline_fingerprint
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from emulator.hardware import get_gpu
+from emulator.core.hardware import get_gpu
 from maya_models.features import collective_columns, featurize
 from maya_models.metrics import error_stats
 
@@ -77,7 +77,7 @@ def kernel_rows(gpu: str, predictor, df: pd.DataFrame) -> list[dict]:
 
 
 def collective_rows(gpu: str, predictor, df: pd.DataFrame) -> list[dict]:
-    from emulator.roofline import roofline_durations
+    from emulator.core.roofline import roofline_durations
     from maya_models.train import predict_as_measured
 
     df = df.reset_index(drop=True)

@@ -3,7 +3,7 @@
 `featurize(df, spec)` turns the signature columns (`op, shapes, dtypes, strides, args, out_shapes,
 out_dtypes`; list columns may be Python lists, numpy arrays or JSON strings) plus the target
 GPU's datasheet numbers into a numeric frame. FLOPs and bytes are recomputed from the signature
-with `emulator.ops.flops_and_bytes` (never taken from the input), so a trace row and a
+with `emulator.core.ops.flops_and_bytes` (never taken from the input), so a trace row and a
 measurement of the same signature get identical features by construction.
 
 Why these features: kernel time is mostly a roofline (flops / peak, bytes / bandwidth) bent by
@@ -22,9 +22,9 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from emulator.hardware import GPUSpec
-from emulator.ops import attention_dims, collective_name, dtype_bytes, flops_and_bytes, gemm_dims, numel, op_family
-from emulator.roofline import collective_time, group_link, kernel_time, row_dtype
+from emulator.core.hardware import GPUSpec
+from emulator.core.ops import attention_dims, collective_name, dtype_bytes, flops_and_bytes, gemm_dims, numel, op_family
+from emulator.core.roofline import collective_time, group_link, kernel_time, row_dtype
 
 TILE = 128  # a typical tensor-core GEMM CTA tile edge
 

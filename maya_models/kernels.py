@@ -1,6 +1,6 @@
 """Kernel predictors: one XGBoost model per op family, around the roofline.
 
-The target is `log(measured / roofline)`: the roofline (emulator.roofline, from the GPU's datasheet)
+The target is `log(measured / roofline)`: the roofline (emulator.core.roofline, from the GPU's datasheet)
 carries the first-order scaling with flops and bytes, and the trees learn how far real kernels sit
 from it (wave quantisation, transposes, launch floors, L2). A prediction is `roofline * exp(model)`,
 clipped so it can never be 0, negative or NaN. Families with no model (no measurements anywhere)
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from emulator.hardware import get_gpu
-from emulator.ops import op_family
-from emulator.roofline import roofline_durations
+from emulator.core.hardware import get_gpu
+from emulator.core.ops import op_family
+from emulator.core.roofline import roofline_durations
 from maya_models.features import featurize
 
 LEARNED, FALLBACK = "learned", "fallback"
@@ -138,11 +138,11 @@ class KernelPredictor:
 
 
 def roofline_fingerprint() -> str:
-    """A hash of emulator.roofline's constants. Learned corrections are ratios to that roofline, so a
+    """A hash of emulator.core.roofline's constants. Learned corrections are ratios to that roofline, so a
     predictor trained under other constants is stale: `load` warns when the fingerprint changed."""
     import hashlib
 
-    from emulator import roofline as r
+    from emulator.core import roofline as r
 
     blob = json.dumps([r.FAMILY_EFFICIENCY, sorted(r.TENSOR_CORE_FAMILIES), r.LAUNCH_FLOOR_S, r.CPU_LAUNCH_FLOOR_S,
                        r.PCIE_EFFICIENCY, r.COLLECTIVE_BASE_S, r.LINK_EFFICIENCY], sort_keys=True, default=str)
@@ -154,13 +154,13 @@ def check_fingerprint(info: dict, where: str) -> None:
 
     trained = info.get("roofline_fingerprint")
     if trained and trained != roofline_fingerprint():
-        warnings.warn(f"{where} was trained against other emulator.roofline constants ({trained} != "
+        warnings.warn(f"{where} was trained against other emulator.core.roofline constants ({trained} != "
                       f"{roofline_fingerprint()}); retrain it (python -m maya_models.train)", stacklevel=3)
 
 
 def _with_flops(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with flops/bytes filled from the signature where the caller left them empty."""
-    from emulator.ops import flops_and_bytes
+    from emulator.core.ops import flops_and_bytes
     from maya_models.features import as_list
 
     df = df.copy()

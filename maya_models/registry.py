@@ -4,11 +4,11 @@
     python -m maya_models.registry promote --gpu G [--kind kernels|collectives] [--version V]
     python -m maya_models.registry rollback --gpu G [--kind kernels|collectives]
 
-Registered models are `maya-kernels-<gpu>` and `maya-collectives-<gpu>` (emulator.settings). The
+Registered models are `maya-kernels-<gpu>` and `maya-collectives-<gpu>` (emulator.core.settings). The
 `champion` alias is what the emulator loads. `publish` moves it only when the new version beats the
 current champion on the fixed evaluation set (the held-out shape groups, see maya_models.metrics);
 each move is appended to the registered model's `maya.champion_history` tag so `rollback` can go back.
-The store is `emulator.settings.mlflow_tracking_uri()` (SQLite in the warehouse unless
+The store is `emulator.core.settings.mlflow_tracking_uri()` (SQLite in the warehouse unless
 MLFLOW_TRACKING_URI says otherwise); one experiment per GPU (`maya-<gpu>`).
 """
 
@@ -19,7 +19,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from emulator.settings import (
+from emulator.core.settings import (
     CHAMPION_ALIAS,
     collective_model_name,
     kernel_model_name,

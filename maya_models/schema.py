@@ -3,7 +3,7 @@
 Every row in the warehouse is a real measurement: from maya's benchmark runners on a
 device (CPU or GPU) or from a public dataset with provenance (`source`, `provenance`).
 The op-signature columns (`op, shapes, dtypes, strides, args, out_shapes, out_dtypes`) are
-exactly the trace's (see emulator.ops), so features are computed by one function for both.
+exactly the trace's (see emulator.core.ops), so features are computed by one function for both.
 
 Warehouse layout (root = $MAYA_WAREHOUSE, default ./warehouse):
     measurements/gpu=<key>/source=<source>/<run_id>-<chunk>.parquet   (hive partitioned)
@@ -25,7 +25,7 @@ MEASUREMENT_SCHEMA = pa.schema([
     # what was timed (the op signature, same columns as the trace)
     pa.field("kind", pa.string(), nullable=False),  # kernel | collective | p2p | memcpy
     pa.field("op", pa.string(), nullable=False),
-    pa.field("family", pa.string(), nullable=False),  # emulator.ops.op_family(op)
+    pa.field("family", pa.string(), nullable=False),  # emulator.core.ops.op_family(op)
     pa.field("shapes", _shape_list),
     pa.field("dtypes", pa.list_(pa.string())),
     pa.field("strides", _shape_list),

@@ -27,7 +27,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from emulator.hardware import CPU_RANK_THREADS, UnknownGPUError, get_gpu
+from emulator.core.hardware import CPU_RANK_THREADS, UnknownGPUError, get_gpu
 from maya_models.collectives import COLLECTIVE_KINDS, CollectivePredictor
 from maya_models.features import collective_columns, featurize
 from maya_models.kernels import KERNEL_KINDS, MAX_LOG_RATIO, NUM_ROUNDS, FamilyModel, KernelPredictor, log_ratio
@@ -284,7 +284,7 @@ def collective_scores(predictor, eval_df: pd.DataFrame) -> tuple[float, dict]:
 def train_collective_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = None, cross_gpu: bool = False,
                                register: bool = True, return_predictor: bool = False) -> dict:
     """Train (and register) the collective predictor of `gpu`; returns metadata (+ "predictor" if asked)."""
-    from emulator.roofline import roofline_durations
+    from emulator.core.roofline import roofline_durations
     from maya_models.warehouse import snapshot
 
     t0 = time.time()

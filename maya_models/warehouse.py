@@ -1,6 +1,6 @@
 """The measurement warehouse: hive-partitioned Parquet written atomically, DuckDB views over it.
 
-Layout under the root (`$MAYA_WAREHOUSE`, see emulator.settings):
+Layout under the root (`$MAYA_WAREHOUSE`, see emulator.core.settings):
 
     measurements/gpu=<gpu>/source=<source>/<run_id>-<chunk:05d>.parquet
     hardware/gpu=<gpu>/<run_id>.json        hardware inventory written by the pipelines
@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from emulator.files import atomic_write_parquet
+from emulator.core.files import atomic_write_parquet
 from maya_models.schema import MEASUREMENT_SCHEMA, MEASUREMENT_SCHEMA_VERSION
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -38,7 +38,7 @@ class WarehouseError(ValueError):
 
 def _root(root) -> Path:
     if root is None:
-        from emulator.settings import warehouse_root
+        from emulator.core.settings import warehouse_root
 
         return warehouse_root()
     return Path(root)

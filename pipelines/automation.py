@@ -40,7 +40,7 @@ def recalibration_schedule(context: dg.ScheduleEvaluationContext):
 
 
 def traces_root() -> Path:
-    from emulator.settings import warehouse_root
+    from emulator.core.settings import warehouse_root
 
     return Path(os.environ.get("MAYA_TRACES") or warehouse_root() / "traces")
 

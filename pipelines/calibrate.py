@@ -59,7 +59,7 @@ def calibrate(gpu: str, *, budget_s: float | None = None, traces: list[str] = ()
     """Materialise the chain for `gpu`; returns the Dagster result (raises nothing on failed steps)."""
     import dagster as dg
 
-    from emulator.settings import warehouse_root
+    from emulator.core.settings import warehouse_root
     from pipelines.assets import ALL_ASSETS, BENCHMARK_ASSETS
     from pipelines.resources import WarehouseResource
 
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     p.add_argument("--skip-predictors", action="store_true", help="measure only; do not train/publish")
     a = p.parse_args(argv)
 
-    from emulator.hardware import UnknownGPUError, get_gpu
+    from emulator.core.hardware import UnknownGPUError, get_gpu
 
     try:
         gpu = get_gpu(a.gpu).key

@@ -1,6 +1,6 @@
 """Partitions and settings shared by every calibration asset.
 
-Partitions are GPU types (maya keys from `emulator.hardware`, plus `cpu` for the local
+Partitions are GPU types (maya keys from `emulator.core.hardware`, plus `cpu` for the local
 processor): one partition's assets must run on a node that has that part, which a fleet
 deployment routes with the `maya/gpu` run tag.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from emulator.hardware import known_gpus
+from emulator.core.hardware import known_gpus
 
 GPU_PARTITIONS = dg.StaticPartitionsDefinition(sorted(set(known_gpus()) | {"cpu"}))
 
@@ -20,14 +20,14 @@ DEFAULT_COLLECTIVE_BUDGET_S = {"cpu": 45.0, "gpu": 120.0}
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """Where measurements go: `root` or, empty, $MAYA_WAREHOUSE / ./warehouse (emulator.settings)."""
+    """Where measurements go: `root` or, empty, $MAYA_WAREHOUSE / ./warehouse (emulator.core.settings)."""
 
     root: str = ""
 
     def path(self) -> Path:
         if self.root:
             return Path(self.root).resolve()
-        from emulator.settings import warehouse_root
+        from emulator.core.settings import warehouse_root
 
         return warehouse_root()
 

@@ -52,9 +52,9 @@ from emulator.capture import fastpath, signature
 from emulator.capture.modules import ModuleStack
 from emulator.capture.shadows import Shadows
 from emulator.capture.trace_rows import TraceRows
+from emulator.core.ops import canonical_op, dtype_bytes, flops_and_bytes, is_view_op
 from emulator.device.fake_mode import is_wrapper_subclass
 from emulator.distributed.collectives import CollectiveCounter
-from emulator.ops import canonical_op, dtype_bytes, flops_and_bytes, is_view_op
 
 _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
                  NotImplementedError)

@@ -1,6 +1,6 @@
 """One rank's capture session: install the fake device and process group, run the program, write results.
 
-Kept apart from `emulator.worker` (argument parsing, booting before `import torch`) because
+Kept apart from `emulator.launch.worker` (argument parsing, booting before `import torch`) because
 everything here imports torch. `Session.run()` never loses what was recorded: the trace and the
 per-rank summary are written in a `finally`, whatever the program did.
 """
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from emulator import hostspeed
 from emulator.capture import state
 from emulator.capture.recorder import Recorder, StopEmulation
-from emulator.hardware import GPUSpec
+from emulator.core import hostspeed
+from emulator.core.exitcodes import Exit
+from emulator.core.hardware import GPUSpec
 from emulator.trace.io import write_json, write_rank_trace
-from emulator.worker import EXIT_FAILED, EXIT_OK, EXIT_OOM
 
 
 class Session:
@@ -41,9 +41,9 @@ class Session:
         stream_id = lambda: 0  # noqa: E731
         device_type = "cpu"
         if self.policy == "emulate":
-            from emulator.capture.memory import DeviceMemory
             from emulator.device import cuda_shim
             from emulator.device.fake_mode import make_fake_mode
+            from emulator.memory.accounting import DeviceMemory
 
             memory = DeviceMemory(self.spec.memory_bytes)
             device_type = "cuda"
@@ -152,8 +152,8 @@ class Session:
                 self.host_speed = hostspeed.average([self.host_speed, hostspeed.measure(**_HOST_SPEED_RUN)])
             self._write(wall)
         if self.ok:
-            return EXIT_OK
-        return EXIT_OOM if self.died_of_oom else EXIT_FAILED
+            return Exit.OK
+        return Exit.OOM if self.died_of_oom else Exit.PROGRAM_FAILED
 
     def calibrate_host_gap(self, calls: int = 400, rounds: int = 5) -> dict:
         """Measure the emulator's own per-call cost that the recorder cannot see, and subtract it from gaps.

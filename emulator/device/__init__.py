@@ -6,6 +6,6 @@
     cuda_shim.py   `torch.cuda.*` answering as the target (properties, streams, events, memory, NVTX)
     fake_mode.py   FakeTensorMode for the device + GPU-path policies (foreach, swap, placeholders)
 
-Only `emulator.worker` should boot the device: it must happen in a fresh process before torch
+Only `emulator.launch.worker` should boot the device: it must happen in a fresh process before torch
 is imported.
 """

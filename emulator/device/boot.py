@@ -32,8 +32,9 @@ import sys
 from pathlib import Path
 
 # the library's sources: the device itself, and its memory (the allocator, storages that free themselves)
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("fake_cuda.cpp", "device_memory.cpp"))
-_BUILD_INPUTS = (*SOURCES, Path(__file__).with_name("builtins.h"))  # what the cached build depends on
+_HERE = Path(__file__).resolve().parent
+SOURCES = (_HERE / "fake_cuda.cpp", _HERE.parent / "memory" / "device_memory.cpp")
+_BUILD_INPUTS = (*SOURCES, _HERE / "builtins.h")  # what the cached build depends on
 LIB_NAME = "maya_fake_cuda"
 
 _loaded: ctypes.CDLL | None = None
@@ -120,7 +121,7 @@ def device_functions() -> dict | None:
 
 def memory_functions() -> dict | None:
     """{name: builtin} of the library's device memory (see device_memory.cpp and
-    emulator.capture.memory); None before `boot`."""
+    emulator.memory.accounting); None before `boot`."""
     if _loaded is None:
         return None
     return _python_entry("maya_memory_functions")

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from emulator.hardware import GPUSpec
+from emulator.core.hardware import GPUSpec
 
 
 class UnsupportedCudaAPI(AttributeError, NotImplementedError):

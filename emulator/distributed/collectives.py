@@ -3,7 +3,7 @@
 Every ProcessGroup method and functional collective reaches the recorder as a dispatcher op
 (`c10d::allreduce_`, `_c10d_functional::all_gather_into_tensor`, ...). This module turns one
 such call into the trace's collective columns. Sizes follow the nccl-tests convention of
-`emulator.ops` (all_gather: gathered output; reduce_scatter: pre-scatter input; the rest: the
+`emulator.core.ops` (all_gather: gathered output; reduce_scatter: pre-scatter input; the rest: the
 buffer sent). Group ranks are global ranks in group order, so the collator can match the same
 collective across ranks by (group, coll_seq).
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from emulator.ops import collective_name, dtype_bytes
+from emulator.core.ops import collective_name, dtype_bytes
 
 _INPUT_NAMES = ("input_tensor", "input_tensors", "inputs", "input", "tensors", "tensor", "self")
 _OUTPUT_NAMES = ("output_tensor", "output_tensors", "outputs", "output", "out")

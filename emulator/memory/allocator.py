@@ -22,7 +22,7 @@ expandable segments, no garbage-collection threshold):
 - `empty_cache()` releases every fully free segment.
 
 This module is the reference model: readable, tested on its own (tests/emulator/test_allocator.py)
-and importable anywhere. An emulated rank runs its C++ twin (emulator/device/device_memory.cpp,
+and importable anywhere. An emulated rank runs its C++ twin (emulator/memory/device_memory.cpp,
 the same policy line for line; a malloc and its free cost ~0.5-1 us there against 10-14 us here,
 measured in an emulated rank), which tests/emulator/programs/allocator_twin.py holds to this model
 figure for figure. A change of policy goes into both. Here free blocks live in one sorted list of integer keys per pool:

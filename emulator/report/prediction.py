@@ -26,12 +26,12 @@ import math
 
 import numpy as np
 
-from emulator.collate import HangReport, Job
-from emulator.estimate import Estimates
-from emulator.ops import numel, op_family
-from emulator.roofline import TENSOR_CORE_FAMILIES, row_dtype
+from emulator.collate.job import HangReport, Job
+from emulator.core.ops import numel, op_family
+from emulator.core.roofline import TENSOR_CORE_FAMILIES, row_dtype
+from emulator.estimate.estimate import Estimates
 from emulator.simulate.analysis import Timing
-from emulator.simulate.topology import Cluster
+from emulator.simulate.cluster import Cluster
 
 CONTRACT_KEYS = ("gpu", "world_size", "nnodes", "nproc_per_node", "iteration_time_s", "iterations_s", "breakdown_s",
                  "peak_memory_bytes", "peak_memory_bytes_per_rank", "memory_reserved_bytes", "oom",

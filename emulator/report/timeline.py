@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from emulator.collate import COMM_KINDS
+from emulator.collate.job import COMM_KINDS
 from emulator.simulate.engine import SimResult
 
 

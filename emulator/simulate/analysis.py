@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.collate import COMM_KINDS, DEVICE_KINDS, RepTrace
+from emulator.collate.job import COMM_KINDS, DEVICE_KINDS, RepTrace
 from emulator.simulate.engine import SimResult
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emulator.collate import COMM_KINDS, DEVICE_KINDS, HangIssue, HangReport, Job, RankView
+from emulator.collate.job import COMM_KINDS, DEVICE_KINDS, HangIssue, HangReport, Job, RankView
 from emulator.simulate import events as ev
 
 _K, _R, _W, _C = 0, 1, 2, 3  # stream item kinds: kernel, record token, wait token, collective

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from emulator.files import atomic_write_bytes, atomic_write_parquet
+from emulator.core.files import atomic_write_bytes, atomic_write_parquet
 from emulator.trace.schema import TRACE_SCHEMA, check_schema
 
 EMULATION_JSON = "emulation.json"

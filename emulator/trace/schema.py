@@ -25,7 +25,7 @@ TRACE_SCHEMA = pa.schema([
     pa.field("seq", pa.int64(), nullable=False),  # host order on this rank
     pa.field("iteration", pa.int32(), nullable=False),  # -1 before the first optimizer step
     pa.field("kind", pa.string(), nullable=False),  # one of KINDS
-    pa.field("op", pa.string(), nullable=False),  # emulator.ops.canonical_op form
+    pa.field("op", pa.string(), nullable=False),  # emulator.core.ops.canonical_op form
     pa.field("stream", pa.int32(), nullable=False),  # stream id on this rank (0 = default)
     pa.field("shapes", _shape_list),
     pa.field("dtypes", pa.list_(pa.string())),
@@ -40,7 +40,7 @@ TRACE_SCHEMA = pa.schema([
     pa.field("group", pa.string()),  # process group name (collectives, p2p)
     pa.field("group_ranks", pa.list_(pa.int32())),  # global ranks of the group, in group order
     pa.field("coll_seq", pa.int64()),  # per-group sequence number of this collective on this rank
-    pa.field("coll_bytes", pa.int64()),  # nccl-tests convention, see emulator.ops
+    pa.field("coll_bytes", pa.int64()),  # nccl-tests convention, see emulator.core.ops
     pa.field("peer", pa.int32()),  # global rank of the p2p peer
     pa.field("event_id", pa.int64()),  # event record/wait
     pa.field("host_gap_s", pa.float64()),  # host time since the previous device call (emulator overhead excluded)

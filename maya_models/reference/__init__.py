@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 
 
 def reference_dir() -> Path:
-    """$MAYA_REFERENCE, else `warehouse/reference` in the repository (emulator.settings.reference_root)."""
-    from emulator.settings import reference_root
+    """$MAYA_REFERENCE, else `warehouse/reference` in the repository (emulator.core.settings.reference_root)."""
+    from emulator.core.settings import reference_root
 
     return reference_root()
 

@@ -2,7 +2,7 @@
 
     python -m maya_models.reference.curate --shared ../shared/data/reference [--out warehouse/reference]
 
-Each public table is converted into the ONE op signature the emulator records (emulator.ops):
+Each public table is converted into the ONE op signature the emulator records (emulator.core.ops):
 a Linear `y[m,n] = x[m,k] W[n,k]^T` becomes `aten::mm` with shapes [[m,k],[k,n]] and strides
 [[k,1],[1,k]], a causal prefill becomes the SDPA flash op with [b,h,s,d] shapes and is_causal,
 an NCCL size becomes `coll_bytes` in the nccl-tests convention. Only rows that map onto an ATen
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from emulator.ops import op_family
+from emulator.core.ops import op_family
 from maya_models.schema import signature_key
 from maya_models.warehouse import to_measurement_table
 

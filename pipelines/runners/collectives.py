@@ -5,7 +5,7 @@ runs the same plan: for each group size (sub-groups of the first k ranks) and ea
 (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send/recv), sizes from 1 KiB up.
 A repeat is timed on every rank between a barrier and the op's completion; the slowest rank's
 time is the repeat's time (a collective ends when its last member does), and the median over
-repeats is recorded. Sizes follow nccl-tests (`emulator.ops`): all_gather the gathered output,
+repeats is recorded. Sizes follow nccl-tests (`emulator.core.ops`): all_gather the gathered output,
 reduce_scatter the pre-scatter input, all_to_all the send buffer, send/recv the message.
 
 Rank 0 writes one warehouse chunk per (group size, collective); a rerun with the same run id skips
@@ -122,7 +122,7 @@ def _time_repeats(op: _Op, device, repeats: int, warmup: int, in_group: bool) ->
 
 def worker(a) -> int:
     """One torchrun worker: the whole plan, in lock-step with the other ranks."""
-    from emulator.ops import op_family
+    from emulator.core.ops import op_family
     from maya_models.schema import signature_key
     from maya_models.warehouse import completed_chunks, write_measurements
 
@@ -249,7 +249,7 @@ def launch(gpu: str, *, run_id: str, root: Path, budget_s: float, ranks: int | N
 
 
 def main(argv=None) -> int:
-    from emulator.settings import warehouse_root
+    from emulator.core.settings import warehouse_root
     from pipelines.runners.timing import DeviceMismatch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -4,7 +4,7 @@ GPUs are described through NVML (nvidia-ml-py): name, UUID, memory, SM and memor
 power limit, driver and CUDA versions, NVLink / P2P topology and current throttle reasons. Without
 NVML (no driver, a CPU machine) that part is recorded as unavailable with the reason — never a crash.
 The CPU is always described (model, cores, threads torch uses, and its eager-PyTorch host speed,
-`emulator.hostspeed`), because CPU timings and the host side of every benchmark, and of every
+`emulator.core.hostspeed`), because CPU timings and the host side of every benchmark, and of every
 prediction for these GPUs, depend on it.
 """
 
@@ -21,7 +21,7 @@ from pipelines.runners import common
 def cpu_description() -> dict:
     import torch
 
-    from emulator.hardware import cpu_model_name  # stdlib only: fine on a bare node
+    from emulator.core.hardware import cpu_model_name  # stdlib only: fine on a bare node
 
     model = cpu_model_name()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -29,7 +29,7 @@ def cpu_description() -> dict:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         mem = None
-    from emulator import hostspeed  # torch only: fine on a bare node
+    from emulator.core import hostspeed  # torch only: fine on a bare node
 
     return {"model": model, "logical_cores": os.cpu_count(), "usable_cores": usable,
             "torch_threads": torch.get_num_threads(), "memory_bytes": mem, "machine": platform.machine(),
@@ -118,7 +118,7 @@ def gpu_description() -> dict:
 
 def inventory(gpu: str) -> dict:
     """The full description for partition `gpu` (which device of the inventory it is, when found)."""
-    from emulator.hardware import gpu_key_from_device_name
+    from emulator.core.hardware import gpu_key_from_device_name
 
     inv = {"gpu": gpu, "collected_at": common.now().isoformat(), "cpu": cpu_description(),
            "nvml": gpu_description()}
@@ -135,7 +135,7 @@ def write_inventory(root: Path, gpu: str, run_id: str, inv: dict) -> Path:
 
 
 def main(argv=None) -> int:
-    from emulator.settings import warehouse_root
+    from emulator.core.settings import warehouse_root
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", required=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from emulator.ops import canonical_op, is_view_op
+from emulator.core.ops import canonical_op, is_view_op
 from pipelines.runners.replay import Signature
 
 _COLUMNS = ["kind", "op", "shapes", "dtypes", "strides", "args", "out_shapes", "out_dtypes"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from emulator.hardware import CPU_RANK_THREADS
+from emulator.core.hardware import CPU_RANK_THREADS
 from pipelines.runners import common
 from pipelines.runners.harvest import from_json, harvest, to_json
 from pipelines.runners.replay import ReplayError, Signature, bind, describe_error, run_once
@@ -146,7 +146,7 @@ def run(gpu: str, *, run_id: str, root: Path, budget_s: float, traces: list[str]
 
 
 def main(argv=None) -> int:
-    from emulator.settings import warehouse_root
+    from emulator.core.settings import warehouse_root
     from pipelines.runners.timing import DeviceMismatch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from emulator.ops import canonical_op, op_family, parse_args
+from emulator.core.ops import canonical_op, op_family, parse_args
 from maya_models.schema import signature_key
 
 
 @dataclass(frozen=True)
 class Signature:
-    """An op signature exactly as traces and measurements store it (see emulator.ops)."""
+    """An op signature exactly as traces and measurements store it (see emulator.core.ops)."""
 
     op: str
     shapes: tuple[tuple[int, ...], ...]
@@ -307,6 +307,6 @@ def describe_error(e: BaseException) -> str:
 
 
 def estimated_bytes(sig: Signature) -> int:
-    from emulator.ops import dtype_bytes
+    from emulator.core.ops import dtype_bytes
 
     return sum(math.prod(s) * dtype_bytes(d) for s, d in zip(sig.shapes, sig.dtypes, strict=False))

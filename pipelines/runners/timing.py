@@ -162,11 +162,11 @@ class DeviceInfo:
 
 def local_device(gpu: str) -> DeviceInfo:
     """The local device for partition `gpu` ('cpu' or a GPU key); raises if it is not here."""
-    from emulator.hardware import gpu_key_from_device_name
+    from emulator.core.hardware import gpu_key_from_device_name
 
     sw = f"torch {torch.__version__}"
     if gpu == "cpu":
-        from emulator.hardware import get_gpu
+        from emulator.core.hardware import get_gpu
 
         return DeviceInfo(torch.device("cpu"), "cpu", get_gpu("cpu").name, torch.get_num_threads(), sw)
     if not torch.cuda.is_available():

@@ -1,7 +1,7 @@
 """The estimates a user would otherwise reach for, printed beside every maya figure.
 
 - **roofline (serial)**: the same emulated trace, every op timed by maya's analytical roofline /
-  alpha-beta fallback (`emulator.roofline`, no learned predictors) and summed per rank with no
+  alpha-beta fallback (`emulator.core.roofline`, no learned predictors) and summed per rank with no
   overlap and no pipeline bubbles; the slowest rank's iteration. What "count the FLOPs and bytes
   of my program" gives. (When the simulator offers a roofline-only mode, the runner reports that
   too, as `roofline (simulated)`.)
@@ -9,7 +9,7 @@
   transformer, latency = training FLOPs / (TP x PP x peak x efficiency) x accumulation steps, with
   the package's own GPU configs and shipped default efficiencies. It models only 4/8/16-bit
   dtypes; for the FP32 NeuSight rows it is given the FP32 (non-tensor-core) peak from
-  `emulator.hardware` as its peak, the only quantity its training latency uses.
+  `emulator.core.hardware` as its peak, the only quantity its training latency uses.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from emulator.hardware import GPUSpec, get_gpu
-from emulator.ops import collective_name, is_view_op, op_family
-from emulator.roofline import collective_time, kernel_time, row_dtype
+from emulator.core.hardware import GPUSpec, get_gpu
+from emulator.core.ops import collective_name, is_view_op, op_family
+from emulator.core.roofline import collective_time, kernel_time, row_dtype
 from emulator.trace.io import read_summary, read_traces
 
 # maya GPU key -> llm-analysis gpu_configs name

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = "examples/validation/megatron_gpt.py"
 
-# NeuSight's directory names -> maya GPU keys (emulator.hardware)
+# NeuSight's directory names -> maya GPU keys (emulator.core.hardware)
 NEUSIGHT_GPUS = {"NVIDIA_H100_80GB_HBM3": "h100", "NVIDIA_A100-SXM4-40GB": "a100-40gb",
                  "NVIDIA_A100_80GB_PCIe": "a100-80gb-pcie"}
 GPT2_LARGE = dict(layers=36, hidden=1280, heads=20, vocab=50257)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from emulator.files import atomic_write_bytes
+from emulator.core.files import atomic_write_bytes
 from emulator.trace.io import write_json
 from pipelines.validation.metrics import meets, pct, rel_error, summarize
 

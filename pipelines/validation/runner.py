@@ -130,7 +130,7 @@ def _roofline(res: RunResult, out: Path, gpu: str | None, nproc_per_node: int) -
     except (BaselineUnavailable, FileNotFoundError, KeyError, ValueError) as e:
         res.error = res.error or f"roofline baseline: {e}"
     try:
-        from emulator.predict import predict_from_trace
+        from emulator.pipeline import predict_from_trace
 
         pred = predict_from_trace(out, gpu=gpu, roofline_only=True, timeline=False, write=False)
         res.roofline_sim_s = pred.get("iteration_time_s")

@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from emulator.hardware import get_gpu
-from emulator.settings import warehouse_root
+from emulator.core.hardware import get_gpu
+from emulator.core.settings import warehouse_root
 from pipelines.validation import baselines, report, runner, suites
 from pipelines.validation.holdout import HoldoutMissingError
 from pipelines.validation.metrics import pct

@@ -3,8 +3,8 @@
 import pyarrow.parquet as pq
 import pytest
 
-from emulator.collate import CollateError, HangError, collate, collate_tables, robust_host_gaps
-from emulator.simulate.synthetic import TraceBuilder, ddp_rank, write_job
+from emulator.bench.synthetic import TraceBuilder, ddp_rank, write_job
+from emulator.collate.job import CollateError, HangError, collate, collate_tables, robust_host_gaps
 from emulator.trace.io import rank_trace_path
 from emulator.trace.schema import TraceSchemaError
 
@@ -82,7 +82,7 @@ def test_missing_rank_without_representative_is_a_clear_error(tmp_path):
 
 
 def test_deduplicated_ranks_are_expanded_with_their_own_groups(tmp_path):
-    dedup = pytest.importorskip("emulator.dedup")
+    dedup = pytest.importorskip("emulator.launch.roles")
     del dedup
     tables = {r: ddp_rank(r, 4).table() for r in range(4)}
     groups = [{"name": "0", "ranks": [0, 1, 2, 3]}]
@@ -95,9 +95,9 @@ def test_deduplicated_ranks_are_expanded_with_their_own_groups(tmp_path):
 
 
 def test_a_deduplicated_3d_job_simulates_exactly_like_the_full_one(tmp_path):
-    pytest.importorskip("emulator.dedup")
-    from emulator.predict import predict_from_trace
-    from emulator.simulate.synthetic import parallel3d_rank
+    pytest.importorskip("emulator.launch.roles")
+    from emulator.bench.synthetic import parallel3d_rank
+    from emulator.pipeline import predict_from_trace
 
     tp, pp, dp = 2, 2, 2
     kw = dict(layers_per_stage=1, microbatches=2, hidden=512, tokens=512, iterations=2)

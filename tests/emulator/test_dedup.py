@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 
-from emulator.dedup import deduplicate, expand_rank, partitions
+from emulator.launch.roles import deduplicate, expand_rank, partitions
 from emulator.trace.schema import TRACE_SCHEMA
 
 
@@ -153,7 +153,7 @@ def test_expand_rank_without_groups_shifts_peers():
 
 
 def test_work_hash_ignores_device_index_and_scalar_operands_only():
-    from emulator.dedup import work_hash
+    from emulator.launch.roles import work_hash
 
     def table(args, shape=(4, 4)):
         return _rows(0, [dict(kind="kernel", op="aten::add", args=args, shapes=[list(shape)], dtypes=["float32"])])

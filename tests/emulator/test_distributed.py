@@ -134,8 +134,8 @@ def test_ddp_inside_pipeline_stages_with_several_micro_batches(tmp_path):
     placeholder vote ran an extra forward that broke DDP's reducer), every completion wait must
     name the p2p op it waits for (DDP's start-up broadcasts are waited in C++, so matching waits by
     order pinned the schedule's waits on old messages), and the job must simulate without a hang."""
-    from emulator.launcher import run_emulation
-    from emulator.predict import predict_from_trace
+    from emulator.launch.emulate import run_emulation
+    from emulator.pipeline import predict_from_trace
 
     program = ROOT / "examples" / "validation" / "megatron_gpt.py"
     s = run_emulation(script=str(program), module=None, gpu="a100-80gb", nproc_per_node=4, nnodes=1, iterations=2,

@@ -9,10 +9,10 @@ import warnings
 import pandas as pd
 import pytest
 
-from emulator.collate import collate_tables
-from emulator.estimate import NoPredictorError, Predictor, estimate, load_predictors
-from emulator.hardware import get_gpu
-from emulator.simulate.synthetic import ddp_rank
+from emulator.bench.synthetic import ddp_rank
+from emulator.collate.job import collate_tables
+from emulator.core.hardware import get_gpu
+from emulator.estimate.estimate import NoPredictorError, Predictor, estimate, load_predictors
 
 H100 = get_gpu("h100")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # mlflow's advice to model authors
@@ -62,7 +62,7 @@ def test_collectives_across_nodes_follow_the_cluster_network_not_a_learned_fit_o
     """A 16-rank DDP job on 2 nodes of 8: its all-reduces span both nodes, so the network model of the
     cluster description times them (and halving the NIC bandwidth nearly doubles them); the same job
     on one 16-GPU node is learned. `learned_internode` (predictors calibrated on this cluster) opts in."""
-    from emulator.hardware import with_overrides
+    from emulator.core.hardware import with_overrides
 
     tables = {r: ddp_rank(r, 16, iterations=1).table() for r in range(16)}
     two_nodes = collate_tables(tables, dict(world_size=16, nnodes=2, nproc_per_node=8, gpu="h100"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.launcher import run_emulation
+from emulator.launch.emulate import run_emulation
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -48,7 +48,7 @@ def test_example_emulates(tmp_path, script, world, argv):
     assert all(0 < s["peak_allocated_bytes"][str(r)] <= s["peak_reserved_bytes"][str(r)] for r in range(world))
     if world == 8:
         assert len(s["ranks_emulated"]) < 8, "rank deduplication should have saved work"
-        from emulator.collate import collate
+        from emulator.collate.job import collate
 
         job = collate(out)  # raises if any collective or p2p is unmatched after expansion
         assert len(job.ranks) == 8

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from emulator.profile import run_profile
+from emulator.launch.profile import run_profile
 from emulator.trace.io import read_rank_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emulator.cli import app
-from emulator.hardware import UnknownGPUError, get_gpu, gpu_key_from_device_name, known_gpus
+from emulator.core.hardware import UnknownGPUError, get_gpu, gpu_key_from_device_name, known_gpus
 
 
 def test_required_parts_are_known():

@@ -6,11 +6,11 @@ import textwrap
 
 import pytest
 
-from emulator.launcher import run_emulation
+from emulator.launch.emulate import run_emulation
 from emulator.trace.io import emulated_ranks, read_summary
 
 FAKE_WORKER = textwrap.dedent('''
-    """Stand-in for emulator.worker: writes a one-row trace and a rank summary like the real one."""
+    """Stand-in for emulator.launch.worker: writes a one-row trace and a rank summary like the real one."""
     import argparse, json, os, sys
     import pyarrow as pa
     from emulator.trace.io import write_json, write_rank_trace

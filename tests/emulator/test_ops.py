@@ -2,7 +2,7 @@
 
 import pytest
 
-from emulator.ops import canonical_op, collective_name, flops_and_bytes, op_family
+from emulator.core.ops import canonical_op, collective_name, flops_and_bytes, op_family
 
 
 def test_canonical_names():

@@ -6,9 +6,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from emulator.bench.synthetic import TraceBuilder, ddp_rank, write_job
 from emulator.cli import app
-from emulator.predict import predict_from_trace, simulate_command
-from emulator.simulate.synthetic import TraceBuilder, ddp_rank, write_job
+from emulator.pipeline import predict_from_trace, simulate_command
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_host_gap_scale_models_a_faster_host(tmp_path):
 def test_host_gaps_scale_by_the_measured_host_speed_of_the_target_nodes(tmp_path, monkeypatch):
     """The same host-speed workload measured here (emulation) and on the GPU nodes (hardware inventory
     of a calibration run): host gaps scale by the ratio, and the prediction says where it came from."""
-    from emulator.hostspeed import WORKLOAD
+    from emulator.core.hostspeed import WORKLOAD
 
     monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "wh"))
     monkeypatch.setenv("MAYA_REFERENCE", str(tmp_path / "no-reference"))
@@ -143,7 +143,7 @@ def test_host_gaps_scale_by_the_measured_host_speed_of_the_target_nodes(tmp_path
 
 
 def test_host_speed_workload_measures_this_cpu():
-    from emulator import hostspeed
+    from emulator.core import hostspeed
 
     m = hostspeed.measure(repeats=2, steps=3)
     assert m["workload"] == hostspeed.WORKLOAD and m["ops_per_step"] > 50
@@ -152,7 +152,7 @@ def test_host_speed_workload_measures_this_cpu():
 
 def test_committed_inventory_of_a_gpu_node_gives_its_host_speed(tmp_path, monkeypatch):
     """A fresh clone scales host gaps for h200 by the node inventory committed under warehouse/reference."""
-    from emulator.hostspeed import WORKLOAD, host_gap_scale
+    from emulator.core.hostspeed import WORKLOAD, host_gap_scale
 
     monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "empty"))
     got = host_gap_scale({"workload": WORKLOAD, "s_per_op": 2 * 12.9e-6}, "h200")
@@ -164,7 +164,7 @@ def test_a_target_whose_nodes_were_never_measured_takes_another_gpu_nodes_host_a
         tmp_path, monkeypatch):
     """No a100 node was measured: the newest measured GPU node (the committed h200 one, unless the
     warehouse has its own) stands in, and prediction.json says it is a proxy and for what."""
-    from emulator.hostspeed import WORKLOAD, host_gap_scale
+    from emulator.core.hostspeed import WORKLOAD, host_gap_scale
 
     monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "wh"))
     here = {"workload": WORKLOAD, "s_per_op": 2 * 12.9e-6}

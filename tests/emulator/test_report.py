@@ -4,9 +4,9 @@ import json
 
 from rich.console import Console
 
-from emulator.predict import predict_from_trace, simulate_command
+from emulator.bench.synthetic import ddp_rank, write_job
+from emulator.pipeline import predict_from_trace, simulate_command
 from emulator.report.prediction import CONTRACT_KEYS
-from emulator.simulate.synthetic import ddp_rank, write_job
 
 
 def _out(tmp_path, world=4, **summary):

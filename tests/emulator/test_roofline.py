@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from emulator.hardware import get_gpu, with_overrides
-from emulator.roofline import collective_time, kernel_time, roofline_durations
+from emulator.core.hardware import get_gpu, with_overrides
+from emulator.core.roofline import collective_time, kernel_time, roofline_durations
 
 H100, A100 = get_gpu("h100"), get_gpu("a100-80gb")
 

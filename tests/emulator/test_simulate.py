@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from emulator.collate import collate_tables
-from emulator.estimate import estimate, load_predictors
-from emulator.hardware import get_gpu
+from emulator.bench.synthetic import TraceBuilder, ddp_rank, parallel3d_job
+from emulator.collate.job import collate_tables
+from emulator.core.hardware import get_gpu
+from emulator.estimate.estimate import estimate, load_predictors
 from emulator.simulate import simulate
 from emulator.simulate.analysis import timing
-from emulator.simulate.synthetic import TraceBuilder, ddp_rank, parallel3d_job
 
 H100 = get_gpu("h100")
 

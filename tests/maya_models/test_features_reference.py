@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from emulator.hardware import get_gpu
+from emulator.core.hardware import get_gpu
 from emulator.trace.schema import TRACE_SCHEMA
 from maya_models.features import collective_features, featurize
 from maya_models.reference import load_reference, reference_datasets, reference_dir

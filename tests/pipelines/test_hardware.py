@@ -16,8 +16,8 @@ def test_no_nvml_is_recorded_as_unavailable_not_a_crash(monkeypatch):
     inv = hardware.inventory("cpu")
     assert inv["nvml"]["available"] is False and "NVML unavailable" in inv["nvml"]["reason"]
     assert inv["cpu"]["usable_cores"] >= 1 and inv["cpu"]["torch_threads"] >= 1
-    # the host speed predictions for this node's GPUs scale emulated host gaps by (emulator.hostspeed)
-    from emulator.hostspeed import WORKLOAD
+    # the host speed predictions for this node's GPUs scale emulated host gaps by (emulator.core.hostspeed)
+    from emulator.core.hostspeed import WORKLOAD
 
     assert inv["cpu"]["host_speed"]["workload"] == WORKLOAD and inv["cpu"]["host_speed"]["s_per_op"] > 0
 

@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from emulator.ops import op_family
+from emulator.core.ops import op_family
 from maya_models.schema import signature_key
 from maya_models.warehouse import read_measurements
 from pipelines.runners import kernels

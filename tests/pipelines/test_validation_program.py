@@ -63,7 +63,7 @@ def test_half_params_moves_half_precision_bytes_like_megatron(tmp_path):
     """Megatron's --fp16: half-precision GEMMs and TP all-reduces, an fp32 optimizer step."""
     import json
 
-    from emulator.launcher import run_emulation
+    from emulator.launch.emulate import run_emulation
     from emulator.trace.io import read_rank_trace
 
     hidden, micro, seq = 64, 2, 32

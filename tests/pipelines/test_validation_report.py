@@ -7,8 +7,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from emulator.hardware import get_gpu
-from emulator.roofline import collective_time, kernel_time
+from emulator.core.hardware import get_gpu
+from emulator.core.roofline import collective_time, kernel_time
 from emulator.trace.io import write_rank_trace, write_summary
 from emulator.trace.schema import TRACE_SCHEMA
 from pipelines.validation import baselines, report

@@ -1,4 +1,4 @@
-"""Run under the emulator: the C++ caching allocator (emulator/device/device_memory.cpp) and the
+"""Run under the emulator: the C++ caching allocator (emulator/memory/device_memory.cpp) and the
 reference model (emulator.memory.allocator) get the same random requests and must agree on every
 figure after every step. Prints `twin_steps=N`, `twin_ooms=N`; raises on the first disagreement."""
 

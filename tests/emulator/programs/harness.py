@@ -1,4 +1,4 @@
-"""Run `python -m emulator.worker` on a test program and read back what it wrote."""
+"""Run `python -m emulator.launch.worker` on a test program and read back what it wrote."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class WorkerRun:
 
 
 def _cmd(program: str, out: Path, rank: int, world: int, gpu: str, extra: list[str], args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "emulator.worker", "--gpu", gpu, "--rank", str(rank), "--world-size", str(world),
+    return [sys.executable, "-m", "emulator.launch.worker", "--gpu", gpu, "--rank", str(rank), "--world-size", str(world),
             "--out", str(out), *extra, "--script", str(PROGRAMS / program), "--", *args]
 
 

@@ -2,7 +2,7 @@
 
 Why: a real run on the machine at hand is the ground truth the emulator and the predictors are
 checked against ("transparent profiling"), and it needs no GPU: on a CPU box the program runs on
-the CPU with a real gloo process group. Every rank is one `emulator.worker --profile` process,
+the CPU with a real gloo process group. Every rank is one `emulator.launch.worker --profile` process,
 all started together (real collectives need every member alive), on a free local rendezvous
 port; the output folder has exactly the layout of `maya emulate` plus measured `duration_s`,
 and emulation.json says `"mode": "profile"` and names the local device as `gpu`.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from emulator.launcher import Job, _launch
+from emulator.launch.emulate import Job, _launch
 
 
 def local_device_key() -> str:
@@ -22,7 +22,7 @@ def local_device_key() -> str:
     import torch
 
     if torch.cuda.is_available():
-        from emulator.hardware import gpu_key_from_device_name
+        from emulator.core.hardware import gpu_key_from_device_name
 
         return gpu_key_from_device_name(torch.cuda.get_device_name(0)) or "cpu"
     return "cpu"

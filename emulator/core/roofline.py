@@ -22,7 +22,7 @@ Kernels -- ``time = max(launch_floor, flops / (eff_c * peak(dtype)), bytes / (ef
 
 Collectives -- alpha-beta per algorithm, NCCL-like:
   ``time = base + steps(n) * alpha + factor(n) * coll_bytes / (eff * bw)``
-  * ``coll_bytes`` follows the nccl-tests convention (see `emulator.ops`); ``factor`` is the
+  * ``coll_bytes`` follows the nccl-tests convention (see `emulator.core.ops`); ``factor`` is the
     nccl-tests bus-bandwidth factor of a ring (all_reduce 2(n-1)/n, all_gather/reduce_scatter/
     all_to_all (n-1)/n, broadcast/reduce/send/recv 1).
   * Inside one node the link is NVLink/NVSwitch (per-GPU one-direction bandwidth, PCIe when
@@ -44,8 +44,8 @@ import math
 
 import numpy as np
 
-from emulator.hardware import GPUSpec
-from emulator.ops import op_family
+from emulator.core.hardware import GPUSpec
+from emulator.core.ops import op_family
 
 SOURCE = "fallback"  # the label every duration from this module carries
 
@@ -126,7 +126,7 @@ def group_link(spec: GPUSpec, collective: str, group_size: int, nnodes: int) -> 
 
 def collective_time(collective: str, coll_bytes: float, group_size: int, nnodes: int, gpus_per_node: int,
                     spec: GPUSpec) -> float:
-    """Seconds one `collective` (emulator.ops.collective_name form) of `coll_bytes` takes on a group of
+    """Seconds one `collective` (emulator.core.ops.collective_name form) of `coll_bytes` takes on a group of
     `group_size` GPUs spread over `nnodes` nodes with `gpus_per_node` GPUs each.
 
     `gpus_per_node` is part of the stable signature (learned collective models use it); the
@@ -181,7 +181,7 @@ def roofline_durations(df, spec: GPUSpec) -> np.ndarray:
         r = dict(zip(cols, row, strict=True))
         kind, op = r.get("kind"), r.get("op")
         if kind in ("collective", "p2p"):
-            from emulator.ops import collective_name
+            from emulator.core.ops import collective_name
 
             coll = r.get("collective") or collective_name(op)
             out[i] = collective_time(coll, _num(r.get("coll_bytes")), int(_num(r.get("group_size"), 1)),

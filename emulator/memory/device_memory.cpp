@@ -21,7 +21,7 @@
 #include <Python.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include "builtins.h"
+#include "../device/builtins.h"
 
 #include <c10/core/StorageImpl.h>
 
@@ -465,6 +465,6 @@ PyMethodDef g_methods[] = {
 }  // namespace maya_device_memory
 
 extern "C" {
-// {name: builtin} for emulator/capture/memory.py (see emulator.device.boot.memory_functions)
+// {name: builtin} for emulator/memory/accounting.py (see emulator.device.boot.memory_functions)
 PyObject* maya_memory_functions() { return maya_builtins::as_dict(maya_device_memory::g_methods); }
 }

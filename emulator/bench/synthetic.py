@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from emulator.collate import Job, RankView, rep_trace
-from emulator.ops import flops_and_bytes
+from emulator.collate.job import Job, RankView, rep_trace
+from emulator.core.ops import flops_and_bytes
 from emulator.trace.io import write_rank_trace, write_summary
 from emulator.trace.schema import TRACE_SCHEMA
 

@@ -19,16 +19,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from emulator.collate import CollateError, HangError, collate
-from emulator.estimate import NoPredictorError, estimate, load_predictors
-from emulator.hardware import UnknownGPUError
-from emulator.hostspeed import host_gap_scale
+from emulator.collate.job import CollateError, HangError, collate
+from emulator.core.hardware import UnknownGPUError
+from emulator.core.hostspeed import host_gap_scale
+from emulator.estimate.estimate import NoPredictorError, estimate, load_predictors
 from emulator.report.prediction import build_prediction
 from emulator.report.table import print_prediction
 from emulator.report.timeline import write_timeline
 from emulator.simulate.analysis import timing
+from emulator.simulate.cluster import ClusterFileError, build_cluster, read_cluster_file
 from emulator.simulate.engine import simulate
-from emulator.simulate.topology import ClusterFileError, build_cluster, read_cluster_file
 from emulator.trace.io import read_summary, write_json
 from emulator.trace.schema import TraceSchemaError
 

@@ -1,10 +1,10 @@
 """`maya emulate`: run a program as N emulated ranks and merge what they recorded.
 
-Each emulated rank is one `python -m emulator.worker` process (a rank must be its own process:
+Each emulated rank is one `python -m emulator.launch.worker` process (a rank must be its own process:
 the fake device, the recording process group and the program's globals are per process). At
 most `jobs` run at once (default: the number of cores), each with torchrun's environment for
 its rank. With rank deduplication (the default) only the ranks that do distinct work run;
-see `emulator.dedup`.
+see `emulator.launch.roles`.
 
 What the user gets: a progress line per rank, the failing rank's own traceback when the program
 fails (not ours), an OOM report with the allocator's message when the target GPU would run out
@@ -28,12 +28,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from emulator.dedup import deduplicate, exchange_units, work_hash
-from emulator.hardware import CPU_RANK_THREADS
+from emulator.core.exitcodes import Exit
+from emulator.core.hardware import CPU_RANK_THREADS
+from emulator.launch.roles import deduplicate, exchange_units, work_hash
 from emulator.trace.io import rank_summary_path, rank_trace_path, read_json, write_summary
 
-EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
-WORKER = [sys.executable, "-m", "emulator.worker"]
+WORKER = [sys.executable, "-m", "emulator.launch.worker"]
 SUMMARY_VERSION = 1
 # How long a rank emulated without its peers waits for a Python object from one (see
 # emulator.distributed.objects); short, because the launcher then re-runs the ranks together.
@@ -145,7 +145,7 @@ class RankRunner:
             return {}
         self._run(ranks)
         # an OOM rank's trace (up to the failed allocation) still tells its role apart
-        return {r: self.runs[r].summary if self.runs[r].returncode in (EXIT_OK, EXIT_OOM) else None
+        return {r: self.runs[r].summary if self.runs[r].returncode in (Exit.OK, Exit.OOM) else None
                 for r in ranks if r in self.runs}  # after a failure, later ranks never start
 
     def restart_side_by_side(self, probe_timeout_set: bool) -> None:
@@ -211,13 +211,13 @@ class RankRunner:
                 summary = read_json(path)
             except (OSError, ValueError):
                 summary = None
-        if summary is not None and rc == EXIT_OK and rank_trace_path(self.job.out, rank).exists():
+        if summary is not None and rc == Exit.OK and rank_trace_path(self.job.out, rank).exists():
             import pyarrow.parquet as pq
 
             summary["work_hash"] = work_hash(pq.read_table(rank_trace_path(self.job.out, rank)))
         log = self.job.out / "logs" / f"rank={rank}.log"
         self.runs[rank] = RankRun(rank, rc, wall, summary, log)
-        if rc not in (EXIT_OK, EXIT_OOM):
+        if rc not in (Exit.OK, Exit.OOM):
             self.stop = True
         self.console.print(_rank_line(self.runs[rank]))
 
@@ -241,10 +241,10 @@ def _gib(n) -> str:
 
 def _rank_line(run: RankRun) -> str:
     s = run.summary or {}
-    if run.returncode == EXIT_OK:
+    if run.returncode == Exit.OK:
         return (f"  rank {run.rank}: ok, {s.get('n_events', 0):,} events, {s.get('iterations', 0)} iterations, "
                 f"peak {_gib(s.get('peak_allocated'))} / {_gib(s.get('peak_reserved'))} reserved, {run.wall_s:.1f} s")
-    if run.returncode == EXIT_OOM:
+    if run.returncode == Exit.OOM:
         return f"  [red]rank {run.rank}: out of memory[/red] after {run.wall_s:.1f} s"
     return f"  [red]rank {run.rank}: failed (exit {run.returncode})[/red] after {run.wall_s:.1f} s, log {run.log}"
 
@@ -261,10 +261,10 @@ def merge(job: Job, runs: dict[int, RankRun], rank_map: dict[int, int], wall: fl
     """The job summary (emulation.json) from the per-rank summaries."""
     world = job.world_size
     summaries = {r: run.summary for r, run in runs.items() if run.summary is not None}
-    failed = sorted(r for r, run in runs.items() if run.returncode not in (EXIT_OK, EXIT_OOM))
-    oom_reps = sorted(r for r, run in runs.items() if run.returncode == EXIT_OOM
+    failed = sorted(r for r, run in runs.items() if run.returncode not in (Exit.OK, Exit.OOM))
+    oom_reps = sorted(r for r, run in runs.items() if run.returncode == Exit.OOM
                       or (run.summary or {}).get("oom"))
-    ok = bool(runs) and not failed and not oom_reps and all(run.returncode == EXIT_OK for run in runs.values())
+    ok = bool(runs) and not failed and not oom_reps and all(run.returncode == Exit.OK for run in runs.values())
     covered = all(rank_map.get(r) in summaries for r in range(world))
     first = summaries.get(0) or next(iter(summaries.values()), {})
     unsupported: Counter = Counter()
@@ -285,7 +285,7 @@ def merge(job: Job, runs: dict[int, RankRun], rank_map: dict[int, int], wall: fl
         run = runs[failed_rank]
         error = (run.summary or {}).get("error") or (run.summary or {}).get("oom_message") \
             or _log_tail(run.log) or f"worker exited with status {run.returncode}"
-    from emulator.hardware import get_gpu
+    from emulator.core.hardware import get_gpu
 
     try:
         gpu_name = get_gpu(job.gpu).name

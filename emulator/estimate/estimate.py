@@ -1,7 +1,7 @@
 """Estimate: a duration for every trace row, from the published predictors (DESIGN section 3).
 
 Predictors are MLflow pyfunc models in the registry, `models:/maya-kernels-<gpu>@champion` and
-`models:/maya-collectives-<gpu>@champion` (names from `emulator.settings`). `mlflow` is imported
+`models:/maya-collectives-<gpu>@champion` (names from `emulator.core.settings`). `mlflow` is imported
 lazily so the emulator never needs it to emulate. A model loaded once is copied under
 `settings.model_cache_dir()` so later predictions work offline.
 
@@ -13,7 +13,7 @@ DataFrame with `duration_s` (> 0) and `source` (`learned` | `fallback`). Traces 
 shapes thousands of times, so each distinct signature is predicted once.
 
 `roofline_only=True` skips the registry and times everything with the labelled analytical
-fallback (`emulator.roofline`): every row's source is then `fallback`.
+fallback (`emulator.core.roofline`): every row's source is then `fallback`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from emulator import settings
-from emulator.collate import COMM_KINDS, Job
-from emulator.hardware import GPUSpec
-from emulator.roofline import roofline_durations
+from emulator.collate.job import COMM_KINDS, Job
+from emulator.core import settings
+from emulator.core.hardware import GPUSpec
+from emulator.core.roofline import roofline_durations
 
 SIGNATURE_COLUMNS = ["kind", "op", "shapes", "dtypes", "strides", "args", "out_shapes", "out_dtypes", "flops", "bytes"]
 COMM_COLUMNS = ["collective", "coll_bytes", "group_size", "nnodes", "gpus_per_node"]

@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.hardware import GPUSpec, get_gpu, with_overrides
+from emulator.core.hardware import GPUSpec, get_gpu, with_overrides
 
 CLUSTER_KEYS = {"gpu", "nnodes", "gpus_per_node", "nproc_per_node", "nvlink_bandwidth_GBps",
                 "internode_bandwidth_GBps", "intranode_latency_us", "internode_latency_us", "price_per_gpu_hour",

@@ -2,7 +2,7 @@
 
 Why storages (not tensors): views share a storage, and a storage is freed when its last view
 dies. The allocator and the bookkeeping live in the fake device library
-(emulator/device/device_memory.cpp, the C++ twin of `emulator.memory.allocator`): `own` takes a
+(emulator/memory/device_memory.cpp, the C++ twin of `emulator.memory.allocator`): `own` takes a
 block for a fake tensor's storage and hands the storage a deleter that gives the block back, so a
 storage frees itself at the moment it dies, on whatever thread drops it, with no Python involved.
 FSDP2 frees and re-grows parameter storages with `untyped_storage().resize_()`, which is not an

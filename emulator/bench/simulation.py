@@ -2,7 +2,7 @@
 
 Targets (from the project's issue): simulating one iteration of an 8-rank job takes at most 2 s,
 and one iteration of a 1,024-rank 3-D parallel (TP 8 x PP 4 x DP 32) job at most 60 s on the
-2-core development machine. The jobs are synthetic traces (`emulator.simulate.synthetic`: the
+2-core development machine. The jobs are synthetic traces (`emulator.bench.synthetic`: the
 shape of the work of a transformer, timed by the roofline), because this machine cannot
 emulate 1,024 ranks within a benchmark; the simulator's cost depends on the number of rows,
 ranks and collectives, which these reproduce.
@@ -22,18 +22,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator.collate import check_matching
-from emulator.estimate import estimate, load_predictors
-from emulator.hardware import get_gpu
+from emulator.bench.synthetic import parallel3d_job, parallel3d_rank, write_job
+from emulator.collate.job import check_matching
+from emulator.core.hardware import get_gpu
+from emulator.estimate.estimate import estimate, load_predictors
 from emulator.simulate.analysis import timing
 from emulator.simulate.engine import simulate
-from emulator.simulate.synthetic import parallel3d_job, parallel3d_rank, write_job
 
 
 def _bench_8_ranks(iterations: int = 3) -> dict:
     kw = dict(tp=1, pp=1, dp=8, layers_per_stage=24, microbatches=2, hidden=2048, tokens=2048,
               iterations=iterations)
-    from emulator.predict import predict_from_trace
+    from emulator.pipeline import predict_from_trace
 
     with tempfile.TemporaryDirectory(prefix="maya-simbench-") as d:
         tables = {r: parallel3d_rank(r, kw["tp"], kw["pp"], kw["dp"], **{k: v for k, v in kw.items()

@@ -21,7 +21,7 @@ def reference_root() -> Path:
     env = os.environ.get("MAYA_REFERENCE")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1] / "warehouse" / "reference"
+    return Path(__file__).resolve().parents[2] / "warehouse" / "reference"
 
 
 def mlflow_tracking_uri() -> str:

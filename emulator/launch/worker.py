@@ -1,6 +1,6 @@
-"""One emulated rank: `python -m emulator.worker --gpu G --rank R --world-size W --out DIR --script PATH -- ARGS`.
+"""One emulated rank: `python -m emulator.launch.worker --gpu G --rank R --world-size W --out DIR --script PATH -- ARGS`.
 
-The launcher (emulator.launcher) starts one worker per emulated rank. The worker
+The launcher (emulator.launch.emulate) starts one worker per emulated rank. The worker
   1. sets torchrun's environment for this rank,
   2. boots the fake CUDA device *before* `import torch` (CPU builds need the C++ shim first),
   3. runs the program in this process like `python script args` / `python -m mod args`,
@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
+from emulator.core.exitcodes import Exit
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -33,7 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if "--" in argv:
         i = argv.index("--")
         argv, program_args = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(prog="python -m emulator.worker", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m emulator.launch.worker", description=__doc__.splitlines()[0])
     p.add_argument("--gpu", default="h100")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
@@ -93,8 +93,8 @@ def write_setup_failure(ns: argparse.Namespace, message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(list(sys.argv[1:] if argv is None else argv))
     set_torchrun_env(ns)
+    from emulator.core.hardware import UnknownGPUError, get_gpu
     from emulator.device.boot import DeviceBootError, boot
-    from emulator.hardware import UnknownGPUError, get_gpu
 
     try:
         spec = get_gpu(ns.gpu)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownGPUError, DeviceBootError) as e:
         print(f"maya worker: {e}", file=sys.stderr)
         write_setup_failure(ns, f"maya: {e}")
-        return EXIT_FAILED
+        return Exit.PROGRAM_FAILED
     from emulator.capture.session import Session
 
     session = Session(ns, spec, policy)

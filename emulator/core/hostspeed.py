@@ -114,7 +114,7 @@ def proxy_host_speed(gpu_key: str, warehouse: Path | None = None) -> tuple[dict 
 def _newest_inventory(wanted, warehouse: Path | None) -> tuple[dict | None, str | None]:
     """The newest inventory with a host speed in the `gpu=*` folders `wanted` accepts: the warehouse's
     first, then the committed reference folder's."""
-    from emulator.settings import reference_root, warehouse_root
+    from emulator.core.settings import reference_root, warehouse_root
 
     for root in (warehouse or warehouse_root(), reference_root()):
         paths = [p for f in (root / "hardware").glob("gpu=*") if wanted(f) for p in f.glob("*.json")]
@@ -134,7 +134,7 @@ def host_gap_scale(local: dict | None, gpu_key: str, explicit: float | None = No
     """How the simulator scales this trace's host gaps for `gpu_key`'s nodes, and why (prediction.json)."""
     if explicit is not None:
         return {"scale": float(explicit), "source": "host_gap_scale in the cluster file"}
-    from emulator.hardware import get_gpu
+    from emulator.core.hardware import get_gpu
 
     if get_gpu(gpu_key).is_cpu:
         return {"scale": 1.0, "source": "the cpu target is this machine"}

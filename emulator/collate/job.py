@@ -3,7 +3,7 @@
 Three jobs (DESIGN section 2):
 1. read every emulated rank's trace (schema-checked) and the run summary;
 2. expand deduplicated ranks: a rank that shares a representative's trace gets a *view* of it
-   whose collective/p2p rows carry its own groups and peers (`emulator.dedup.expand_rank`
+   whose collective/p2p rows carry its own groups and peers (`emulator.launch.roles.expand_rank`
    rewrites them); kernels are shared, so 1,024 identical ranks cost one trace in memory;
 3. check that every member of every group issued the same collectives (matched by
    (group, coll_seq)) and that every send has its receive (matched by (peer, order)). A
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from emulator.ops import collective_name, is_view_op, parse_args
+from emulator.core.ops import collective_name, is_view_op, parse_args
 from emulator.trace.io import read_summary, read_traces
 
 DEVICE_KINDS = frozenset({"kernel", "memset", "memcpy"})
@@ -98,7 +98,7 @@ class RepTrace:
     async_op: list[bool]
     sync_copy: list[bool]  # a device-to-host copy the host waits for
     launches: list[bool]  # the row launches device work (not a view op)
-    collective: list  # emulator.ops.collective_name for comm rows, else None
+    collective: list  # emulator.core.ops.collective_name for comm rows, else None
     waits_for: list  # for a completion wait row: collective_name of the op it waits for (args "waits_for")
     comm_rows: list[int] = field(default_factory=list)
     ranked_rows: list[int] = field(default_factory=list)  # rows whose group/peer depend on the rank
@@ -217,9 +217,9 @@ def _own_view(rep: RepTrace) -> RankView:
 def _expanded_view(rep: RepTrace, rank: int, groups, world: int) -> RankView:
     """A view of `rep` as `rank`: B's expand_rank rewrites the rank-dependent rows (groups, peers)."""
     try:
-        from emulator.dedup import expand_rank
+        from emulator.launch.roles import expand_rank
     except ImportError as e:  # pragma: no cover - depends on the launcher being installed
-        raise CollateError(f"rank {rank} shares rank {rep.rank}'s trace but emulator.dedup is unavailable: {e}") \
+        raise CollateError(f"rank {rank} shares rank {rep.rank}'s trace but emulator.launch.roles is unavailable: {e}") \
             from e
     rows = rep.ranked_rows
     sub = rep.table.take(pa.array(rows, type=pa.int64())) if rows else rep.table.slice(0, 0)

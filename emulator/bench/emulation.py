@@ -29,10 +29,10 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
 
-from emulator.launcher import run_emulation
+from emulator.launch.emulate import run_emulation
 from emulator.trace.io import read_rank_trace, write_json
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 _STEP = re.compile(r"^step (\d+): .*?(\d+) ms", re.M)
 
 

@@ -1,0 +1,3 @@
+from emulator.bench.emulation import main
+
+raise SystemExit(main())
