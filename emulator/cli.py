@@ -67,7 +67,7 @@ def emulate(
     script, module, argv = _program(script, module, args)
     summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
                             nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs)
-    raise typer.Exit(0 if summary.get("ok", False) else 1)
+    raise typer.Exit(0 if summary.ok else 1)
 
 
 @app.command(context_settings=_PASSTHROUGH)
@@ -87,7 +87,23 @@ def profile(
     script, module, argv = _program(script, module, args)
     summary = run_profile(script=script, module=module, argv=argv, nproc_per_node=nproc_per_node,
                           iterations=iterations, out=out, timing_only=timing_only)
-    raise typer.Exit(0 if summary.get("ok", False) else 1)
+    raise typer.Exit(0 if summary.ok else 1)
+
+
+def simulate_command(trace_dir: Path, console: Console | None = None, **options):
+    """`maya simulate` (and the simulate half of `maya predict`): the prediction printed, or one line saying
+    why the folder cannot be simulated (None then)."""
+    from emulator.pipeline import EXPECTED_ERRORS, predict_from_trace
+    from emulator.report.table import print_prediction
+
+    c = console or _console()
+    try:
+        pred = predict_from_trace(trace_dir, **options)
+    except EXPECTED_ERRORS as e:
+        c.print(f"[red]error:[/red] {e}", highlight=False)
+        return None
+    print_prediction(pred, c, out_dir=trace_dir)
+    return pred
 
 
 def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline,
@@ -113,12 +129,10 @@ def simulate(
     """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
     if gpu:
         gpu = _gpu(gpu).key
-    from emulator.pipeline import simulate_command
-
     result = simulate_command(trace_dir, **_simulate_options(gpu, nnodes, nproc_per_node, cluster,
                                                             price_per_gpu_hour, tokens_per_iteration, timeline,
                                                             roofline_only))
-    raise typer.Exit(0 if result.get("ok", True) else 1)
+    raise typer.Exit(0 if result is not None and result.hang is None else 1)
 
 
 @app.command(context_settings=_PASSTHROUGH)
@@ -142,18 +156,17 @@ def predict(
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launch.emulate import run_emulation
-    from emulator.pipeline import simulate_command
 
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
     summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
                             nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs)
-    if not summary.get("ok", False) and not summary.get("oom", False):
+    if not summary.ok and not summary.oom:
         raise typer.Exit(1)
     result = simulate_command(out, **_simulate_options(spec.key, nnodes, nproc_per_node, cluster,
                                                       price_per_gpu_hour, tokens_per_iteration, timeline,
                                                       roofline_only))
-    raise typer.Exit(0 if result.get("ok", True) else 1)
+    raise typer.Exit(0 if result is not None and result.hang is None else 1)
 
 
 @app.command()

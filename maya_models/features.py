@@ -23,31 +23,20 @@ import numpy as np
 import pandas as pd
 
 from emulator.core.hardware import GPUSpec
-from emulator.core.ops import attention_dims, collective_name, dtype_bytes, flops_and_bytes, gemm_dims, numel, op_family
-from emulator.core.roofline import collective_time, group_link, kernel_time, row_dtype
+from emulator.core.ops import (
+    as_list,
+    as_number,
+    attention_dims,
+    collective_name,
+    dtype_bytes,
+    flops_and_bytes,
+    gemm_dims,
+    numel,
+    op_family,
+)
+from emulator.core.roofline import collective_time, group_link, kernel_time, ring_factor, ring_steps, row_dtype
 
 TILE = 128  # a typical tensor-core GEMM CTA tile edge
-
-
-def as_list(v):
-    """List column value -> Python list (accepts lists, numpy arrays, JSON strings, None/NaN)."""
-    if isinstance(v, list):
-        return [x.tolist() if isinstance(x, np.ndarray) else x for x in v]
-    if isinstance(v, np.ndarray):
-        return [x.tolist() if isinstance(x, np.ndarray) else x for x in v.tolist()]
-    if v is None:
-        return []
-    if isinstance(v, str):
-        if not v:
-            return []
-        try:
-            v = json.loads(v)
-        except ValueError:
-            return []
-        return v if isinstance(v, list) else []
-    if isinstance(v, tuple):
-        return as_list(list(v))
-    return []
 
 
 def _args_json(v) -> str:
@@ -171,14 +160,6 @@ def row_collective(op: str, given=None) -> str:
     return "send" if name == "recv" else name
 
 
-def _num(v, default):
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return default
-    return default if math.isnan(f) else f
-
-
 def collective_columns(df: pd.DataFrame) -> pd.DataFrame:
     """collective, coll_bytes, group_size, nnodes, gpus_per_node, level for every row (defaults filled)."""
     n = len(df)
@@ -190,35 +171,17 @@ def collective_columns(df: pd.DataFrame) -> pd.DataFrame:
     gp = df["gpus_per_node"].tolist() if "gpus_per_node" in df.columns else [None] * n
     out = pd.DataFrame({
         "collective": [row_collective(o, c) for o, c in zip(ops, given, strict=True)],
-        "coll_bytes": [_num(v, 0.0) for v in cb],
-        "group_size": [max(int(_num(v, 1)), 1) for v in gs],
-        "nnodes": [max(int(_num(v, 1)), 1) for v in nn],
+        "coll_bytes": [as_number(v, 0.0) for v in cb],
+        "group_size": [max(int(as_number(v, 1)), 1) for v in gs],
+        "nnodes": [max(int(as_number(v, 1)), 1) for v in nn],
     }, index=df.index)
     # group members per node: traces may give the node's GPU count (8) for a 2-GPU group inside it;
     # measurements record the members, so take the smaller of the two
-    out["gpus_per_node"] = [max(min(int(_num(v, 1 << 30)), math.ceil(g / max(k, 1))), 1) for v, g, k in
+    out["gpus_per_node"] = [max(min(int(as_number(v, 1 << 30)), math.ceil(g / max(k, 1))), 1) for v, g, k in
                             zip(gp, out["group_size"], out["nnodes"], strict=True)]
     out.loc[out["collective"] == "send", "group_size"] = out.loc[out["collective"] == "send", "group_size"].clip(2)
     out["level"] = np.where(out["nnodes"] > 1, "inter", "intra")
     return out
-
-
-def ring_steps(collective: str, n: int) -> float:
-    if collective == "all_reduce":
-        return 2.0 * (n - 1)
-    if collective == "send":
-        return 1.0
-    if collective in ("broadcast", "reduce"):
-        return float(max(1, math.ceil(math.log2(max(n, 2)))))
-    return float(n - 1)
-
-
-def ring_factor(collective: str, n: int) -> float:
-    if collective == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
 
 
 def collective_features(df: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:

@@ -13,7 +13,6 @@ family) plus one `<family>.ubj` XGBoost booster per learned family.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,8 +159,7 @@ def check_fingerprint(info: dict, where: str) -> None:
 
 def _with_flops(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with flops/bytes filled from the signature where the caller left them empty."""
-    from emulator.core.ops import flops_and_bytes
-    from maya_models.features import as_list
+    from emulator.core.ops import as_list, flops_and_bytes
 
     df = df.copy()
     if "flops" not in df.columns:
@@ -180,7 +178,3 @@ def _with_flops(df: pd.DataFrame) -> pd.DataFrame:
 
 def log_ratio(duration_s: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
     return np.log(np.asarray(duration_s, float) / np.asarray(roofline_s, float))
-
-
-def is_finite_positive(x) -> bool:
-    return x is not None and math.isfinite(x) and x > 0

@@ -13,8 +13,7 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from emulator.core.ops import attention_dims, gemm_dims
-from maya_models.features import as_list
+from emulator.core.ops import as_list, attention_dims, gemm_dims
 
 EVAL_BUCKETS = 5  # one shape group in five is held out
 

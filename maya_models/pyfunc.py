@@ -15,10 +15,7 @@ from __future__ import annotations
 import mlflow.pyfunc
 import pandas as pd
 
-STRING_COLUMNS = ("kind", "op", "shapes", "dtypes", "strides", "args", "out_shapes", "out_dtypes")
-OPTIONAL_STRING = ("collective",)
-NUMERIC_COLUMNS = ("flops", "bytes")
-OPTIONAL_NUMERIC = ("coll_bytes", "group_size", "nnodes", "gpus_per_node")
+from emulator.core.predictor_io import COMM_NUMERIC_COLUMNS, COMM_STRING_COLUMNS, NUMERIC_COLUMNS, STRING_COLUMNS
 
 
 def model_signature():
@@ -29,8 +26,8 @@ def model_signature():
     # and MLflow refuses either conversion under a fixed numeric type; predictors coerce them.
     inputs = [ColSpec("string", c) for c in STRING_COLUMNS]
     inputs += [ColSpec(AnyType(), c, required=False) for c in NUMERIC_COLUMNS]
-    inputs += [ColSpec("string", c, required=False) for c in OPTIONAL_STRING]
-    inputs += [ColSpec(AnyType(), c, required=False) for c in OPTIONAL_NUMERIC]
+    inputs += [ColSpec("string", c, required=False) for c in COMM_STRING_COLUMNS]
+    inputs += [ColSpec(AnyType(), c, required=False) for c in COMM_NUMERIC_COLUMNS]
     outputs = [ColSpec("double", "duration_s"), ColSpec("string", "source")]
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from emulator.core.settings import (
     CHAMPION_ALIAS,
     collective_model_name,
+    configured_mlflow,
     kernel_model_name,
     mlflow_artifact_root,
     mlflow_tracking_uri,
@@ -43,16 +44,10 @@ def model_name(kind: str, gpu: str) -> str:
 
 
 def client():
-    import os
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
+    """An MlflowClient on maya's store (`emulator.core.settings.configured_mlflow` sets the URIs)."""
+    mlflow = configured_mlflow()
     uri = mlflow_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
 def experiment_id(gpu: str) -> str:

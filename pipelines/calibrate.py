@@ -60,7 +60,9 @@ def calibrate(gpu: str, *, budget_s: float | None = None, traces: list[str] = ()
     import dagster as dg
 
     from emulator.core.settings import warehouse_root
-    from pipelines.assets import ALL_ASSETS, BENCHMARK_ASSETS
+    from pipelines.calibration.assets import CALIBRATION_ASSETS
+    from pipelines.calibration.checks import WAREHOUSE_CHECKS
+    from pipelines.predictors.assets import PREDICTOR_ASSETS
     from pipelines.resources import WarehouseResource
 
     root = Path(root) if root else warehouse_root()
@@ -70,8 +72,8 @@ def calibrate(gpu: str, *, budget_s: float | None = None, traces: list[str] = ()
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     os.environ["DAGSTER_HOME"] = str(home)
     instance = dg.DagsterInstance.get()
-    assets = BENCHMARK_ASSETS if skip_predictors else ALL_ASSETS
-    return dg.materialize(assets, partition_key=gpu, instance=instance, raise_on_error=False,
+    assets = CALIBRATION_ASSETS if skip_predictors else CALIBRATION_ASSETS + PREDICTOR_ASSETS
+    return dg.materialize([*assets, *WAREHOUSE_CHECKS], partition_key=gpu, instance=instance, raise_on_error=False,
                           resources={"warehouse_store": WarehouseResource(root=str(root))},
                           run_config=run_config(gpu, budget_s, list(traces), collective_budget_s),
                           tags={"maya/gpu": gpu})

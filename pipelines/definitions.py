@@ -1,29 +1,27 @@
 """The Dagster code location: `dagster dev -m pipelines.definitions` (`make dagster`).
 
-Engineer F's validation assets (`pipelines.validation.assets`) are added when that module exists.
+Definitions by domain, each with its assets, checks and automation side by side:
+calibration (`pipelines.calibration`), predictors (`pipelines.predictors`), validation
+(`pipelines.validation.assets`); resources in `pipelines.resources`.
 """
-
-import importlib
 
 import dagster as dg
 
-from pipelines.assets import ALL_ASSETS
-from pipelines.automation import calibration_job, recalibration_schedule, trace_shapes_job, trace_shapes_sensor
+from pipelines.calibration.assets import CALIBRATION_ASSETS
+from pipelines.calibration.automation import (
+    calibration_job,
+    recalibration_schedule,
+    trace_shapes_job,
+    trace_shapes_sensor,
+)
+from pipelines.calibration.checks import WAREHOUSE_CHECKS
+from pipelines.predictors.assets import PREDICTOR_ASSETS
 from pipelines.resources import WarehouseResource
-
-
-def _validation_assets() -> list:
-    try:
-        mod = importlib.import_module("pipelines.validation.assets")
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("pipelines.validation"):
-            return []
-        raise
-    return list(dg.load_assets_from_modules([mod]))
-
+from pipelines.validation.assets import VALIDATION_ASSETS
 
 defs = dg.Definitions(
-    assets=[*ALL_ASSETS, *_validation_assets()],
+    assets=[*CALIBRATION_ASSETS, *PREDICTOR_ASSETS, *VALIDATION_ASSETS],
+    asset_checks=WAREHOUSE_CHECKS,
     jobs=[calibration_job, trace_shapes_job],
     schedules=[recalibration_schedule],
     sensors=[trace_shapes_sensor],

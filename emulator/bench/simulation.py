@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from emulator.bench.synthetic import parallel3d_job, parallel3d_rank, write_job
-from emulator.collate.job import check_matching
+from emulator.collate.hangs import check_matching
 from emulator.core.hardware import get_gpu
-from emulator.estimate.estimate import estimate, load_predictors
+from emulator.estimate import estimate, load_predictors
 from emulator.simulate.analysis import timing
 from emulator.simulate.engine import simulate
 
@@ -47,7 +47,7 @@ def _bench_8_ranks(iterations: int = 3) -> dict:
     per_it = wall / iterations
     return dict(name="sim-8-ranks", wall_s=per_it, limit_s=2.0, ok=per_it <= 2.0,
                 detail=f"{rows // iterations} rows/iteration over 8 ranks; whole run {wall:.2f} s for {iterations} "
-                       f"iterations incl. parquet read and timeline; predicted {pred['iteration_time_s'] * 1e3:.1f} ms")
+                       f"iterations incl. parquet read and timeline; predicted {pred.iteration_time_s * 1e3:.1f} ms")
 
 
 def _bench_1024_ranks(iterations: int = 2, all_ranks: bool = False) -> dict:
@@ -58,7 +58,7 @@ def _bench_1024_ranks(iterations: int = 2, all_ranks: bool = False) -> dict:
     t0 = time.perf_counter()
     assert check_matching(job) is None
     spec = get_gpu("h100")
-    kernels, colls = load_predictors(spec, roofline_only=True)
+    kernels, colls = load_predictors(spec, "roofline")
     est = estimate(job, spec, kernels, colls, 8)
     res = simulate(job, est.durations)
     tm = timing(res, 4e-6)

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from emulator.collate.job import Job, RankView, rep_trace
+from emulator.collate.job import CollatedJob, RankView, rep_trace
 from emulator.core.ops import flops_and_bytes
 from emulator.trace.io import write_rank_trace, write_summary
 from emulator.trace.schema import TRACE_SCHEMA
+from emulator.trace.summaries import EmulationSummary
 
 
 class TraceBuilder:
@@ -52,16 +53,16 @@ class TraceBuilder:
         seq = self._seq[group]
         self._seq[group] += 1
         return self._row("collective", op, stream, group=group, group_ranks=list(ranks), coll_seq=seq,
-                         coll_bytes=int(coll_bytes), args={"async_op": async_op})
+                         coll_bytes=int(coll_bytes), async_op=async_op)
 
     def wait(self, row: dict, stream: int = 0) -> dict:
         """The completion wait of a collective or p2p `row`, as the worker records `Work.wait()`."""
         return self._row("event_wait", "c10d::wait", stream, group=row["group"], coll_seq=row["coll_seq"],
-                         peer=row.get("peer"), args={"waits_for": row["op"]})
+                         peer=row.get("peer"), waits_for=row["op"])
 
     def p2p(self, op: str, peer: int, coll_bytes: int, async_op: bool = False, stream: int = 0,
             group: str | None = None) -> dict:
-        row = dict(peer=peer, coll_bytes=int(coll_bytes), args={"async_op": async_op})
+        row = dict(peer=peer, coll_bytes=int(coll_bytes), async_op=async_op)
         if group is not None:  # the worker numbers p2p per (group, direction, peer)
             key = f"{group}|{op}|{peer}"
             row.update(group=group, coll_seq=self._seq[key])
@@ -90,14 +91,14 @@ def write_job(out: Path, tables: dict[int, pa.Table], gpu: str = "h100", nnodes:
     world = summary.pop("world_size", None) or len(tables)
     for r, t in tables.items():
         write_rank_trace(out, r, t)
-    base = dict(schema_version=1, ok=True, complete=True, gpu=gpu, world_size=world, nnodes=nnodes,
+    base = dict(ok=True, complete=True, gpu=gpu, world_size=world, nnodes=nnodes,
                 nproc_per_node=nproc_per_node or world // nnodes, iterations_found=1,
                 peak_allocated_bytes={str(r): 2**30 for r in range(world)},
                 peak_reserved_bytes={str(r): 2**30 + 2**28 for r in range(world)}, oom=False, oom_ranks=[],
                 emulation_wall_s=1.0, ranks_emulated=sorted(tables), rank_map={str(r): r for r in range(world)},
                 groups=[])
     base.update(summary)
-    write_summary(out, base)
+    write_summary(out, EmulationSummary(**base))
     return out
 
 
@@ -184,7 +185,7 @@ def _roles(rank: int, tp: int, pp: int) -> tuple[str, list[int], str, list[int],
             (dp_i * pp + pp_i + 1) * tp + tp_i if pp_i < pp - 1 else None)
 
 
-def parallel3d_job(tp: int, pp: int, dp: int, gpus_per_node: int = 8, **kw) -> Job:
+def parallel3d_job(tp: int, pp: int, dp: int, gpus_per_node: int = 8, **kw) -> CollatedJob:
     """A collated 3-D parallel job, deduplicated like the launcher would: one trace per pipeline stage,
     shared by every rank of that stage, each rank with its own groups and peers."""
     world = tp * pp * dp
@@ -209,10 +210,11 @@ def parallel3d_job(tp: int, pp: int, dp: int, gpus_per_node: int = 8, **kw) -> J
             else:
                 group[i], granks[i] = dpg, tuple(dpr)
         views.append(RankView(rank, rep, group, granks, peer))
-    summary = dict(world_size=world, nnodes=max(world // gpus_per_node, 1), nproc_per_node=min(gpus_per_node, world),
-                   gpu="h100")
-    return Job(out=None, summary=summary, world_size=world, nnodes=summary["nnodes"],
-               nproc_per_node=summary["nproc_per_node"], reps={rep.rank: rep for rep in reps.values()}, ranks=views)
+    summary = EmulationSummary(world_size=world, nnodes=max(world // gpus_per_node, 1),
+                               nproc_per_node=min(gpus_per_node, world), gpu="h100", ok=True, complete=True)
+    return CollatedJob(out=None, summary=summary, world_size=world, nnodes=summary.nnodes,
+                       nproc_per_node=summary.nproc_per_node, reps={rep.rank: rep for rep in reps.values()},
+                       ranks=views)
 
 
 def ddp_rank(rank: int, world: int, layers: int = 4, hidden: int = 2048, tokens: int = 8192,

@@ -139,13 +139,19 @@ def _answer_device_in_cpp(t: FakeTensor, device: torch.device) -> None:
         t.__dict__[_CPP] = True
 
 
-def storage_key(v: FakeTensor) -> int:
-    """`v.untyped_storage()._cdata`, cached on the tensor (the storage lives as long as the tensor)."""
-    d = v.__dict__
-    key = d.get(_STORAGE)
-    if key is None:
-        key = d[_STORAGE] = v.untyped_storage()._cdata
-    return key
+def storage_key(v: torch.Tensor) -> int:
+    """Identity of a tensor's memory (views and wrappers of one buffer share it): its storage's `_cdata`,
+    cached on a fake tensor (forgotten with its signature); `id(v)` for a tensor without a storage."""
+    if isinstance(v, FakeTensor):
+        d = v.__dict__
+        key = d.get(_STORAGE)
+        if key is None:
+            key = d[_STORAGE] = v.untyped_storage()._cdata
+        return key
+    try:
+        return v.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return id(v)
 
 
 def install(device_functions: dict | None = None) -> None:

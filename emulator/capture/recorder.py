@@ -52,7 +52,7 @@ from emulator.capture import fastpath, signature
 from emulator.capture.modules import ModuleStack
 from emulator.capture.shadows import Shadows
 from emulator.capture.trace_rows import TraceRows
-from emulator.core.ops import canonical_op, dtype_bytes, flops_and_bytes, is_view_op
+from emulator.core.ops import HOST_DEVICE_COPY_OPS, canonical_op, dtype_bytes, flops_and_bytes, is_view_op
 from emulator.device.fake_mode import is_wrapper_subclass
 from emulator.distributed.collectives import CollectiveCounter
 
@@ -60,7 +60,6 @@ _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, Data
                  NotImplementedError)
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
-_COPY_OPS = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize")
 _clock = time.process_time  # host-gap clock, see the module docstring
 _MISS = object()
 
@@ -258,11 +257,9 @@ class Recorder(TorchDispatchMode):
                 return
             _, key, row, _ = entry
             if not internal:
-                a = json.loads(self.rows.cols["args"][row])
-                a["async_op"] = True
-                self.rows.cols["args"][row] = json.dumps(a)
-            self.sync_event("event_wait", op, self.stream_id(), args={"waits_for": key[3]}, group=key[0],
-                            coll_seq=key[1], peer=key[2])
+                self.rows.cols["async_op"][row] = True
+            self.sync_event("event_wait", op, self.stream_id(), waits_for=key[3], group=key[0], coll_seq=key[1],
+                            peer=key[2])
 
     def _open_work(self, out, key: tuple, row: int) -> None:
         """Keep the Work a c10d op returned (its output's last ScriptObject) for wait_collective."""
@@ -496,11 +493,11 @@ class Recorder(TorchDispatchMode):
 
         `_foreach_*` rows are keyed without their float values (an optimizer's bias corrections
         change every step): their args JSON and hash contribution are rebuilt from this call's
-        scalars, everything per tensor comes from the cache."""
-        kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, hash_part = row
+        scalars (the work hash leaves numeric scalars out, so its contribution is the cached one),
+        everything per tensor comes from the cache."""
+        kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, blocking, hash_part = row
         if jargs is None:
             jargs = json.dumps(signature.describe_call(func, args, kwargs, tensors=False)[4], default=str)
-            hash_part = TraceRows.kernel_hash_part(hash_part, jargs)
         stream = self.stream_id()
         out, new = self._run_cached(func, args, kwargs, op, keyed)
         self._derive_values(func, args, kwargs, out, kind, keyed)
@@ -511,8 +508,8 @@ class Recorder(TorchDispatchMode):
             except torch.cuda.OutOfMemoryError as e:
                 oom = e
         module, phase = self._module_phase()
-        self.rows.add_repeat(kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, hash_part,
-                             stream, self.iteration, module, phase, gap, self._mem())
+        self.rows.add_repeat(kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, blocking,
+                             hash_part, stream, self.iteration, module, phase, gap, self._mem())
         self._t_last = _clock()
         if oom is not None:
             raise oom
@@ -567,8 +564,10 @@ class Recorder(TorchDispatchMode):
         kind, coll = "kernel", {}
         if op.startswith(("c10d::", "_c10d_functional::", "c10d_functional::")):
             kind, coll = self._collective(op, bound, jargs)
-        elif op in _COPY_OPS:
+        elif op in HOST_DEVICE_COPY_OPS:
             kind, op = self._maybe_memcpy(op, bound, kwargs)
+            if kind == "memcpy":
+                coll = {"blocking": op == "memcpy::d2h" and not jargs.get("non_blocking", False)}
         duration = None
         oom: BaseException | None = None
         if self._measure:
@@ -590,13 +589,12 @@ class Recorder(TorchDispatchMode):
                 oom = e
         if kind == "collective" and coll.get("_functional"):
             for t in out_tensors:
-                self.tensor_coll[_storage_key(t)] = (coll["group"], coll["coll_seq"], op)
+                self.tensor_coll[fastpath.storage_key(t)] = (coll["group"], coll["coll_seq"], op)
         coll.pop("_functional", None)
         if op == "_c10d_functional::wait_tensor":
-            key = self.tensor_coll.pop(_storage_key(args[0]), None) if args else None
+            key = self.tensor_coll.pop(fastpath.storage_key(args[0]), None) if args else None
             if key is not None:
-                coll.update(group=key[0], coll_seq=key[1])
-                jargs["waits_for"] = key[2]
+                coll.update(group=key[0], coll_seq=key[1], waits_for=key[2])
         elif kind in ("collective", "p2p") and op.startswith("c10d::"):
             self._open_work(out, (coll["group"], coll["coll_seq"], coll["peer"], op), len(self.rows))
         if self._unsupported_now:
@@ -609,13 +607,13 @@ class Recorder(TorchDispatchMode):
                       shapes=shapes, dtypes=dtypes, strides=strides, args=jargs,
                       out_shapes=out_shapes, out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap,
                       mem=self._mem(), duration_s=duration, placeholder=self._placeholder_now, **coll)
-        if keyed is not None and kind in ("kernel", "memcpy") and not coll and not self._placeholder_now \
+        cacheable = kind in ("kernel", "memcpy") and set(coll) <= {"blocking"}  # no collective fields
+        if keyed is not None and cacheable and not self._placeholder_now \
                 and not self._unsupported_now and self._out_specs.get(keyed[0]) is not None:
             # foreach ops are keyed without float values: their args (None here) are rebuilt per call
-            cached_args, hash_part = (None, TraceRows.kernel_hash_prefix(kind, op, shapes, dtypes)) \
-                if op.startswith("aten::_foreach_") else (jargs, self.rows.last_hash_part)
+            cached_args = None if op.startswith("aten::_foreach_") else jargs
             self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, cached_args, out_shapes, out_dtypes,
-                                         flops, nbytes, hash_part)
+                                         flops, nbytes, coll.get("blocking"), self.rows.last_hash_part)
         self._t_last = _clock()
         if oom is not None:
             raise oom
@@ -625,10 +623,10 @@ class Recorder(TorchDispatchMode):
         if op.endswith("wait_tensor"):
             return "event_wait", {}
         info = self.collectives.describe(op, bound)
-        jargs["async_op"] = info.async_op
+        jargs.pop("async_op", None)  # in the `async_op` column
         jargs.pop("group_name", None)  # in the `group` column; args stay equal across ranks
         return info.kind, dict(group=info.group, group_ranks=info.group_ranks, coll_seq=info.coll_seq,
-                               coll_bytes=info.coll_bytes, peer=info.peer,
+                               coll_bytes=info.coll_bytes, peer=info.peer, async_op=info.async_op,
                                _functional=op.startswith(("_c10d_functional::", "c10d_functional::")))
 
     def _maybe_memcpy(self, op, bound, kwargs):
@@ -667,7 +665,7 @@ class Recorder(TorchDispatchMode):
             self.rows.add(kind="memcpy", op="memcpy::d2h", stream=self.stream_id(), iteration=self.iteration,
                           module=module, phase=phase, shapes=[list(t.shape)], dtypes=[str(t.dtype)[6:]],
                           strides=[list(t.stride())], args=json.dumps({"item": True}), flops=0.0,
-                          bytes=float(size), host_gap_s=gap, mem=self._mem(),
+                          bytes=float(size), blocking=True, host_gap_s=gap, mem=self._mem(),
                           placeholder=self._placeholder_now or (self.policy == "emulate" and known is None))
             self._t_last = _clock()
             return value
@@ -681,14 +679,6 @@ def _flatten(args) -> list:
         else:
             out.append(a)
     return out
-
-
-def _storage_key(t) -> int:
-    """Identity of a tensor's memory (wrappers around the same buffer share it)."""
-    try:
-        return t.untyped_storage()._cdata
-    except (RuntimeError, NotImplementedError):
-        return id(t)
 
 
 def _missing_kernel(e: BaseException) -> bool:

@@ -21,7 +21,8 @@ from emulator.capture.recorder import Recorder, StopEmulation
 from emulator.core import hostspeed
 from emulator.core.exitcodes import Exit
 from emulator.core.hardware import GPUSpec
-from emulator.trace.io import write_json, write_rank_trace
+from emulator.trace.io import write_rank_summary, write_rank_trace
+from emulator.trace.summaries import RankSummary
 
 
 class Session:
@@ -277,27 +278,20 @@ class Session:
         write_rank_trace(ns.out, ns.rank, rec.rows.to_table())
         peak_alloc, peak_res = self._peaks()
         mem = rec.memory
-        summary = {
-            "rank": ns.rank, "ok": self.ok, "error": self.error, "oom": self._oom(),
-            "oom_message": mem.oom_message if mem is not None else None,
-            "peak_allocated": peak_alloc, "peak_reserved": peak_res,
-            "iterations": rec.steps, "stopped_by_iterations": self.stopped,
-            "unsupported_ops": dict(rec.unsupported), "placeholders": dict(rec.placeholders),
-            "real_value_reads": rec.real_reads,
-            "wall_s": wall, "op_hash": rec.rows.op_hash(), "groups": fake_pg.groups(),
-            "n_events": len(rec.rows), "torch_version": torch.__version__, "gpu": self.spec.key,
-            "world_size": ns.world_size, "local_world_size": ns.local_world_size, "mode": self.policy,
-            "event_kinds": dict(Counter(rec.rows.cols["kind"])),
-            "iteration_wall_s": rec.iteration_wall_s, "iteration_cpu_s": rec.iteration_cpu_s,
-            "eager_fallbacks": dict(self.eager_fallbacks),
-            # host_gap_s is process CPU time less the emulator's own (see emulator.capture.recorder)
-            "host_clock": "process_cpu",
-            "host_gap_baseline_s": getattr(self, "host_gap_baseline_s", 0.0),
-            "host_gap_price_samples": getattr(self, "host_gap_price_samples", []),
-            "host_speed": getattr(self, "host_speed", None),
-            "fast_path": {"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
-        }
-        write_json(ns.out / "ranks" / f"rank={ns.rank}.json", summary)
+        write_rank_summary(ns.out, RankSummary(
+            rank=ns.rank, ok=self.ok, error=self.error, oom=self._oom(),
+            oom_message=mem.oom_message if mem is not None else None, mode=self.policy, gpu=self.spec.key,
+            torch_version=torch.__version__, world_size=ns.world_size, local_world_size=ns.local_world_size,
+            peak_allocated=peak_alloc, peak_reserved=peak_res, iterations=rec.steps,
+            stopped_by_iterations=self.stopped, n_events=len(rec.rows),
+            event_kinds=dict(Counter(rec.rows.cols["kind"])), work_hash=rec.rows.work_hash(), groups=fake_pg.groups(),
+            unsupported_ops=dict(rec.unsupported), placeholders=dict(rec.placeholders),
+            real_value_reads=rec.real_reads, eager_fallbacks=dict(self.eager_fallbacks), wall_s=wall,
+            iteration_wall_s=rec.iteration_wall_s, iteration_cpu_s=rec.iteration_cpu_s,
+            host_gap_baseline_s=getattr(self, "host_gap_baseline_s", {}),
+            host_gap_price_samples=getattr(self, "host_gap_price_samples", []),
+            host_speed=getattr(self, "host_speed", None),
+            fast_path={"hits": rec.fast_hits, "signatures": len(rec._out_specs)}))
 
 
 _HOST_SPEED_RUN = {"repeats": 3, "steps": 10}  # ~0.1 s each time rank 0 measures (hardware inventories take longer)

@@ -77,6 +77,8 @@ EMBEDDING_OPS = frozenset({
     "aten::embedding", "aten::embedding_dense_backward", "aten::embedding_backward",
     "aten::index_select", "aten::_embedding_bag", "aten::_embedding_bag_backward",
 })
+# copies that move data between host and device when their operands live on different sides (memcpy rows)
+HOST_DEVICE_COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"})
 COPY_OPS = frozenset({
     "aten::_to_copy", "aten::copy_", "aten::clone", "aten::contiguous", "aten::cat",
     "aten::stack", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::index",
@@ -158,6 +160,34 @@ def tensor_bytes(shapes: Sequence[Sequence[int]] | None, dtypes: Sequence[str] |
         return 0
     dts = list(dtypes or [])
     return sum(numel(s) * dtype_bytes(dts[i] if i < len(dts) else "float32") for i, s in enumerate(shapes))
+
+
+def as_list(v) -> list:
+    """A list column's value as a Python list: lists, tuples, numpy arrays (anything with `tolist`) and JSON
+    strings are read; None, NaN and anything unreadable give []."""
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        v = v.tolist()
+    if isinstance(v, str):
+        if not v:
+            return []
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return []
+    if isinstance(v, tuple):
+        v = list(v)
+    if not isinstance(v, list):
+        return []
+    return [x.tolist() if hasattr(x, "tolist") and not isinstance(x, (str, bytes)) else x for x in v]
+
+
+def as_number(v, default: float = 0.0) -> float:
+    """A numeric column's value as a float; None, NaN and anything unreadable give `default`."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(f) else f
 
 
 def parse_args(args) -> dict:

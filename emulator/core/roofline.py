@@ -39,13 +39,12 @@ Collectives -- alpha-beta per algorithm, NCCL-like:
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 
 from emulator.core.hardware import GPUSpec
-from emulator.core.ops import op_family
+from emulator.core.ops import as_list, as_number, collective_name, op_family
 
 SOURCE = "fallback"  # the label every duration from this module carries
 
@@ -92,7 +91,8 @@ def kernel_time(flops: float, bytes: float, dtype: str | None, family: str, spec
     return max(floor, t_compute, t_memory)
 
 
-def _ring_factor(collective: str, n: int) -> float:
+def ring_factor(collective: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor: how many times the message crosses each link of a ring."""
     if collective == "all_reduce":
         return 2.0 * (n - 1) / n
     if collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
@@ -102,7 +102,8 @@ def _ring_factor(collective: str, n: int) -> float:
     return 1.0  # broadcast, reduce, send, recv: the whole message crosses each link once (pipelined)
 
 
-def _ring_steps(collective: str, n: int) -> int:
+def ring_steps(collective: str, n: int) -> int:
+    """Latency steps of the algorithm on `n` GPUs (ring; log-depth trees for broadcast, reduce, barrier)."""
     if collective == "all_reduce":
         return 2 * (n - 1)
     if collective in ("send", "recv"):
@@ -142,7 +143,7 @@ def collective_time(collective: str, coll_bytes: float, group_size: int, nnodes:
     bw, alpha = group_link(spec, collective, n, nnodes)
     size = float(coll_bytes or 0.0)
     eff_bw = LINK_EFFICIENCY * bw
-    ring = _ring_steps(collective, n) * alpha + _ring_factor(collective, n) * size / eff_bw
+    ring = ring_steps(collective, n) * alpha + ring_factor(collective, n) * size / eff_bw
     if collective == "all_reduce":
         tree = 2 * math.ceil(math.log2(n)) * alpha + 2.0 * size / eff_bw
         ring = min(ring, tree)
@@ -159,15 +160,6 @@ def row_dtype(op: str, dtypes) -> str:
     return str(d[0])
 
 
-def _as_list(v):
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except ValueError:
-            return []
-    return [] if v is None else list(v)
-
-
 def roofline_durations(df, spec: GPUSpec) -> np.ndarray:
     """Fallback durations (s) for every row of a pandas DataFrame of trace rows.
 
@@ -181,21 +173,12 @@ def roofline_durations(df, spec: GPUSpec) -> np.ndarray:
         r = dict(zip(cols, row, strict=True))
         kind, op = r.get("kind"), r.get("op")
         if kind in ("collective", "p2p"):
-            from emulator.core.ops import collective_name
-
             coll = r.get("collective") or collective_name(op)
-            out[i] = collective_time(coll, _num(r.get("coll_bytes")), int(_num(r.get("group_size"), 1)),
-                                     int(_num(r.get("nnodes"), 1)), int(_num(r.get("gpus_per_node"), 8)), spec)
+            out[i] = collective_time(coll, as_number(r.get("coll_bytes")), int(as_number(r.get("group_size"), 1)),
+                                     int(as_number(r.get("nnodes"), 1)), int(as_number(r.get("gpus_per_node"), 8)),
+                                     spec)
         else:
             fam = "memcpy" if kind == "memcpy" else op_family(op)
-            out[i] = kernel_time(_num(r.get("flops")), _num(r.get("bytes")), row_dtype(op, _as_list(r.get("dtypes"))),
-                                 fam, spec)
+            out[i] = kernel_time(as_number(r.get("flops")), as_number(r.get("bytes")),
+                                 row_dtype(op, as_list(r.get("dtypes"))), fam, spec)
     return out
-
-
-def _num(v, default: float = 0.0) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return default
-    return default if math.isnan(f) else f

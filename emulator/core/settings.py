@@ -34,6 +34,18 @@ def mlflow_tracking_uri() -> str:
     return f"sqlite:///{root / 'mlflow.db'}"
 
 
+def configured_mlflow():
+    """The mlflow module, pointed at maya's tracking and registry store (imported lazily: emulating needs
+    no MLflow). Per-download progress bars are off: they would bury the prediction table."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+
+    uri = mlflow_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return mlflow
+
+
 def mlflow_artifact_root() -> str:
     return str(warehouse_root() / "mlartifacts")
 

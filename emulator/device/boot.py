@@ -58,11 +58,6 @@ def torch_lib_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "lib"
 
 
-def is_cuda_build() -> bool:
-    """True for a CUDA build of torch (it ships libtorch_cuda), whether or not a GPU is present."""
-    return any(torch_lib_dir().glob("libtorch_cuda*.so*"))
-
-
 def library_path() -> Path:
     return cache_dir() / f"{LIB_NAME}.so"
 

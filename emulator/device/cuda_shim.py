@@ -316,9 +316,7 @@ def get_rng_state(device="cuda") -> torch.Tensor:
     never read, `set_rng_state` ignores it)."""
     from torch.utils._python_dispatch import _disable_current_modes
 
-    from emulator.capture import state as capture_state
-
-    fake_mode = getattr(capture_state._recorder, "fake_mode", None)
+    fake_mode = getattr(_state.get("sink"), "fake_mode", None)
     cached = _state.get("rng_state")
     if cached is not None and cached[0] is fake_mode:
         return cached[1]

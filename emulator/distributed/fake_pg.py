@@ -85,6 +85,9 @@ def _install_group_log(rank: int, world_size: int) -> None:
         dm.split_group = split_group
 
 
+_recorder = None  # the rank's recorder, for the Python that stands in for C++ (the DDP hook below)
+
+
 def install(rank: int, world_size: int, recorder=None, real: bool = False) -> None:
     """Redirect process-group creation (fake backend unless `real`), patch DDP, log groups, record waits."""
     _install_group_log(rank, world_size)
@@ -113,6 +116,8 @@ def install(rank: int, world_size: int, recorder=None, real: bool = False) -> No
     if not real:
         _patch_get_backend()
         _patch_ddp()
+    global _recorder
+    _recorder = recorder
     if recorder is not None:
         _patch_work_wait(recorder)
 
@@ -183,13 +188,11 @@ def _allreduce_hook(process_group, bucket):
 
     The reducer does this in C++; the Python of `dist.all_reduce` between the two ops is the
     emulator's, so it is not charged to the program's host time."""
-    from emulator.capture import state
-
     pg = process_group or c10d._get_default_group()
     buf = bucket.buffer()
     buf.div_(pg.size())
-    if state._recorder is not None:
-        state._recorder.emulator_code_until_next_event()
+    if _recorder is not None:
+        _recorder.emulator_code_until_next_event()
     dist.all_reduce(buf, group=pg)
     fut = torch.futures.Future()
     fut.set_result(buf)

@@ -12,7 +12,7 @@ stage, say), so emulating every rank wastes 99 % of the time. How roles are foun
    used unless there is nothing else). A group family that does not cover the world is kept
    as an incomplete partition and always treated as significant.
 3. For each complete partition, emulate another member of the base's group (a *probe*) and
-   compare its `op_hash` (a hash of the work, blind to rank ids and group names) with the base's:
+   compare its work hash (`emulator.trace.workhash`: blind to rank ids and group names) with the base's:
    equal means a rank's position along that partition does not change its work. When it
    differs and the group has 4+ members, a second interior member is probed: if the two
    interior members agree, only the ends of the group are special (FSDP's last rank holds the
@@ -23,122 +23,18 @@ stage, say), so emulating every rank wastes 99 % of the time. How roles are foun
 5. Optionally `verify` K random non-representatives: emulate them and check their hash equals
    their representative's; a mismatch is reported (and the rank keeps its own trace).
 
-`expand_rank` turns a representative's trace into another rank's: same rows, with the rank
-column, the collective groups (the group of the same partition that holds the new rank) and
-p2p peers (same position in the corresponding group) rewritten.
+The partitions themselves are `emulator.trace.partitions`; turning a representative's trace into
+another rank's is `emulator.trace.expand`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
-_DEVICE_INDEX = re.compile(r"\b(cuda|cpu|meta):\d+")
-
-
-def _normal_args(raw: str | None) -> str:
-    """Non-tensor args without what legitimately differs between ranks of one role: device indices
-    (`cuda:3` is the local rank) and numeric scalar operands (RNG offsets, seeds, per-rank constants),
-    which do not change how much work a kernel does."""
-    if not raw:
-        return ""
-    try:
-        args = json.loads(raw)
-    except ValueError:
-        return _DEVICE_INDEX.sub(r"\1", raw)
-    if not isinstance(args, dict):
-        return _DEVICE_INDEX.sub(r"\1", raw)
-    kept = {k: v for k, v in args.items() if isinstance(v, (str, bool, list, dict)) or v is None}
-    return _DEVICE_INDEX.sub(r"\1", json.dumps(kept, sort_keys=True, separators=(",", ":")))
-
-
-def work_hash(table: pa.Table) -> str:
-    """A hash of the work in one rank's trace, blind to who the rank is.
-
-    Like the worker's `op_hash` (kind, op, shapes, dtypes, args, group size, collective bytes),
-    but args are normalised by `_normal_args`, so two ranks of the same role hash equal even when
-    they pass their own device index or RNG offset to an op.
-    """
-    names = ("kind", "op", "shapes", "dtypes", "args", "group_ranks", "coll_bytes")
-    cols = [c for c in names if c in table.column_names]
-    data = {c: table.column(c).to_pylist() for c in cols}
-    n = table.num_rows
-    h = hashlib.sha256()
-    args_cache: dict[str | None, str] = {}
-    for i in range(n):
-        raw = data["args"][i] if "args" in data else None
-        if raw not in args_cache:
-            args_cache[raw] = _normal_args(raw)
-        granks = data["group_ranks"][i] if "group_ranks" in data else None
-        h.update(json.dumps([data.get("kind", [None] * n)[i], data.get("op", [None] * n)[i],
-                             data.get("shapes", [None] * n)[i], data.get("dtypes", [None] * n)[i], args_cache[raw],
-                             len(granks) if granks else 0, data.get("coll_bytes", [None] * n)[i]],
-                            separators=(",", ":")).encode())
-    return h.hexdigest()
-
-
-@dataclass
-class Partition:
-    """Disjoint groups of one kind (e.g. all tp groups of a mesh); `complete` when they cover the world."""
-
-    groups: list[tuple[int, ...]]
-    names: list[str]
-    complete: bool
-    where: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (group index, position)
-
-    def __post_init__(self):
-        self.where = {r: (gi, pos) for gi, g in enumerate(self.groups) for pos, r in enumerate(g)}
-
-    @property
-    def size(self) -> int:
-        return len(self.groups[0]) if self.groups else 0
-
-    def position(self, rank: int) -> int:
-        """Index of `rank` inside its group of this partition (-1 if no group holds it)."""
-        return self.where.get(rank, (-1, -1))[1]
-
-    def group_of(self, rank: int) -> int | None:
-        hit = self.where.get(rank)
-        return hit[0] if hit else None
-
-    def to_json(self) -> dict:
-        return {"groups": [list(g) for g in self.groups], "names": self.names, "complete": self.complete}
-
-
-def partitions(groups: list[dict], world_size: int) -> list[Partition]:
-    """Partitions of the world found in a program's process groups (creation order), finest first.
-
-    Groups of one size are packed greedily, in creation order, into the first partition they are
-    disjoint from; a DeviceMesh dimension therefore becomes one partition. Groups holding the
-    whole world (and size-1 groups) say nothing about roles and are skipped, unless the world
-    group is all there is, in which case it is the one partition (so ranks are still probed).
-    """
-    world = tuple(range(world_size))
-    open_parts: list[tuple[list[tuple[int, ...]], list[str], set[int]]] = []
-    for g in groups:
-        ranks = tuple(int(r) for r in g["ranks"])
-        if len(ranks) <= 1 or tuple(sorted(ranks)) == world:
-            continue
-        for members, names, covered in open_parts:
-            if len(members[0]) == len(ranks) and covered.isdisjoint(ranks):
-                members.append(ranks)
-                names.append(str(g.get("name", "")))
-                covered.update(ranks)
-                break
-        else:
-            open_parts.append(([ranks], [str(g.get("name", ""))], set(ranks)))
-    parts = [Partition(m, n, complete=len(c) == world_size) for m, n, c in open_parts]
-    if not parts and world_size > 1:
-        names = [str(g.get("name", "")) for g in groups if tuple(sorted(int(r) for r in g["ranks"])) == world]
-        parts = [Partition([world], names[:1] or ["world"], complete=True)]
-    parts.sort(key=lambda p: (not p.complete, p.size))
-    return parts
+from emulator.trace.partitions import Partition, partitions
+from emulator.trace.summaries import RankSummary
 
 
 def probes(parts: list[Partition], base: int) -> list[tuple[int, int]]:
@@ -222,12 +118,12 @@ def exchange_units(groups: list[dict], world_size: int, group_name: str | None) 
     return lambda r: list(range(world_size))
 
 
-RunRanks = Callable[[list[int]], dict[int, dict]]  # runs ranks, returns their per-rank summaries (None on failure)
+RunRanks = Callable[[list[int]], dict[int, RankSummary | None]]  # runs ranks; their summaries (None: failed)
 
 
-def _hash(summary: dict) -> str | None:
-    """The launcher adds `work_hash` (see work_hash) to each rank summary; the worker's op_hash is the fallback."""
-    return summary.get("work_hash") or summary.get("op_hash")
+def _hash(summary: RankSummary) -> str | None:
+    """The rank's work hash (`emulator.trace.workhash`), written by its worker."""
+    return summary.work_hash
 
 
 def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int = 0,
@@ -240,7 +136,7 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
     Python objects between ranks, like pipelining's shape inference): every batch is widened to whole
     units, and `run_ranks` is expected to run a batch all at once.
     """
-    done: dict[int, dict] = {}
+    done: dict[int, RankSummary] = {}
 
     def run(ranks: list[int]) -> bool:
         if unit_of is not None:
@@ -250,14 +146,14 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
             return True
         got = run_ranks(todo)
         done.update({r: s for r, s in got.items() if s is not None})
-        return all(r in done and (done[r].get("ok") or done[r].get("oom")) for r in todo)
+        return all(r in done and (done[r].ok or done[r].oom) for r in todo)
 
     # Rank 0 often does extra work (logging, checkpoints), so roles are probed around the last rank
     # instead, and rank 0 is always emulated and kept as its own trace.
     base = world_size - 1
     if not run([0, base]):
         return None
-    parts = partitions(done[0].get("groups") or [], world_size)
+    parts = partitions(done[0].groups, world_size)
     probe_list = probes(parts, base)
     if not run([r for _, r in probe_list]):
         return None
@@ -300,97 +196,3 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
                        mismatches=mismatches, boundary=boundary)
 
 
-# --------------------------------------------------------------------------- trace expansion
-def expand_rank(rep_table: pa.Table, rep_rank: int, rank: int, groups: list[dict],
-                world_size: int | None = None) -> pa.Table:
-    """`rep_rank`'s trace rows rewritten as `rank`'s (rank, group, group_ranks and peer columns).
-
-    A collective on group G of partition P becomes the same collective on the group of P that
-    holds `rank`; a p2p peer at position i of the smallest group holding both ends becomes the
-    member at position i of the corresponding group (else the peer is shifted by the rank
-    offset, modulo the world). Groups holding every rank are left as they are.
-    """
-    if rank == rep_rank:
-        return rep_table
-    if world_size is None:
-        world_size = max([max((int(r) for r in g["ranks"]), default=-1) for g in groups] + [rep_rank, rank]) + 1
-    parts = partitions(groups, world_size)
-    by_name = {str(g["name"]): tuple(int(r) for r in g["ranks"]) for g in groups}
-    name_loc: dict[str, tuple[Partition, int]] = {}
-    ranks_loc: dict[tuple[int, ...], tuple[Partition, int]] = {}
-    for p in parts:
-        for gi, (g, n) in enumerate(zip(p.groups, p.names, strict=True)):
-            if n:
-                name_loc.setdefault(n, (p, gi))
-            ranks_loc.setdefault(g, (p, gi))
-
-    def map_group(name: str | None, ranks: tuple[int, ...]) -> tuple[str | None, tuple[int, ...]]:
-        if len(ranks) == world_size:  # a group of every rank (the world, or TP/DP over the whole job) is shared
-            return name, ranks
-        loc = name_loc.get(name) if name else None
-        loc = loc or ranks_loc.get(ranks)
-        if loc is None:  # the world group, or one this rank layout does not explain
-            return name, ranks
-        p, gi = loc
-        target = p.group_of(rank)
-        if target is None or rep_rank not in p.groups[gi]:
-            return name, ranks
-        return (p.names[target] or name), p.groups[target]
-
-    peer_cache: dict[int, int] = {}
-
-    def map_peer(peer: int) -> int:
-        if peer not in peer_cache:
-            peer_cache[peer] = _map_peer(peer)
-        return peer_cache[peer]
-
-    def _map_peer(peer: int) -> int:
-        best = None
-        for p in parts:
-            gi = p.group_of(rep_rank)
-            if gi is not None and peer in p.groups[gi] and p.group_of(rank) is not None and p.size < world_size:
-                if best is None or p.size < best.size:
-                    best = p
-        if best is None:
-            return (peer + rank - rep_rank) % world_size
-        return best.groups[best.group_of(rank)][best.position(peer)]
-
-    group_col = rep_table.column("group").to_pylist() if "group" in rep_table.column_names else None
-    ranks_col = rep_table.column("group_ranks").to_pylist() if "group_ranks" in rep_table.column_names else None
-    peer_col = rep_table.column("peer").to_pylist() if "peer" in rep_table.column_names else None
-    new_groups, new_ranks, new_peers = [], [], []
-    cache: dict[tuple, tuple] = {}
-    for i in range(rep_table.num_rows):
-        name = group_col[i] if group_col is not None else None
-        granks = ranks_col[i] if ranks_col is not None else None
-        if granks is None and name is not None:
-            granks = by_name.get(str(name))
-        if granks is not None:
-            key = (name, tuple(granks))
-            if key not in cache:
-                cache[key] = map_group(name, tuple(granks))
-            nm, mapped = cache[key]
-            new_groups.append(nm)
-            new_ranks.append(list(mapped) if ranks_col is not None and ranks_col[i] is not None else None)
-        else:
-            new_groups.append(name)
-            new_ranks.append(None)
-        peer = peer_col[i] if peer_col is not None else None
-        new_peers.append(map_peer(int(peer)) if peer is not None else None)
-    out = rep_table
-    schema = rep_table.schema
-
-    def put(col: str, values) -> None:
-        nonlocal out
-        if col in out.column_names:
-            idx = out.column_names.index(col)
-            out = out.set_column(idx, schema.field(col), pa.array(values, type=schema.field(col).type))
-
-    put("rank", [rank] * rep_table.num_rows)
-    if group_col is not None:
-        put("group", new_groups)
-    if ranks_col is not None:
-        put("group_ranks", new_ranks)
-    if peer_col is not None:
-        put("peer", new_peers)
-    return out

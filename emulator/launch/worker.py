@@ -1,4 +1,4 @@
-"""One emulated rank: `python -m emulator.launch.worker --gpu G --rank R --world-size W --out DIR --script PATH -- ARGS`.
+"""One emulated rank: `python -m emulator.launch.worker --gpu G --rank R --world-size W --out DIR --script S -- ARGS`.
 
 The launcher (emulator.launch.emulate) starts one worker per emulated rank. The worker
   1. sets torchrun's environment for this rank,
@@ -7,7 +7,7 @@ The launcher (emulator.launch.emulate) starts one worker per emulated rank. The 
      under the recorder (fake device, recording process group, emulated caching allocator),
   4. ALWAYS writes OUT/trace/rank=R/part-0.parquet and OUT/ranks/rank=R.json, even when the
      program raises (ok=false, error = the program's traceback, the trace as far as it got).
-Exit code: 0 success (incl. `SystemExit(0)` and a `--iterations` stop), 1 program failed, 3 OOM.
+Exit code (emulator.core.exitcodes): OK (incl. `SystemExit(0)` and a `--iterations` stop), PROGRAM_FAILED, OOM.
 
 Host time: each trace row's `host_gap_s` is the process CPU time (all threads) the program spent
 since the previous device event, less the emulator's own work; the per-rank json says so with
@@ -80,14 +80,13 @@ def set_torchrun_env(ns: argparse.Namespace) -> None:
 def write_setup_failure(ns: argparse.Namespace, message: str) -> None:
     """The emulator itself could not start (unknown GPU, shim build failed): still leave the outputs."""
     from emulator.capture.trace_rows import TraceRows
-    from emulator.trace.io import write_json, write_rank_trace
+    from emulator.trace.io import write_rank_summary, write_rank_trace
+    from emulator.trace.summaries import RankSummary
 
     rows = TraceRows(ns.rank)
     write_rank_trace(ns.out, ns.rank, rows.to_table())
-    write_json(ns.out / "ranks" / f"rank={ns.rank}.json", {
-        "rank": ns.rank, "ok": False, "error": message, "oom": False, "peak_allocated": 0, "peak_reserved": 0,
-        "iterations": 0, "unsupported_ops": {}, "placeholders": {}, "wall_s": 0.0, "op_hash": rows.op_hash(),
-        "groups": [], "n_events": 0, "torch_version": None, "gpu": ns.gpu, "setup_failed": True})
+    write_rank_summary(ns.out, RankSummary(rank=ns.rank, ok=False, error=message, gpu=ns.gpu, setup_failed=True,
+                                           world_size=ns.world_size, work_hash=rows.work_hash()))
 
 
 def main(argv: list[str] | None = None) -> int:

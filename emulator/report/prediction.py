@@ -1,4 +1,4 @@
-"""`OUT/prediction.json`: the answer, with key names that are a contract (DESIGN section 4).
+"""`OUT/prediction.json`: the answer (`Prediction`), with key names that are a contract.
 
 Definitions behind the numbers:
 - iteration_time_s: steady state, the median of the iterations after the first
@@ -23,15 +23,18 @@ Definitions behind the numbers:
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from emulator.collate.job import HangReport, Job
+from emulator.collate.hangs import HangReport
+from emulator.collate.job import CollatedJob
 from emulator.core.ops import numel, op_family
 from emulator.core.roofline import TENSOR_CORE_FAMILIES, row_dtype
-from emulator.estimate.estimate import Estimates
+from emulator.estimate.durations import Estimates
 from emulator.simulate.analysis import Timing
 from emulator.simulate.cluster import Cluster
+from emulator.trace.summaries import EmulationSummary
 
 CONTRACT_KEYS = ("gpu", "world_size", "nnodes", "nproc_per_node", "iteration_time_s", "iterations_s", "breakdown_s",
                  "peak_memory_bytes", "peak_memory_bytes_per_rank", "memory_reserved_bytes", "oom",
@@ -39,29 +42,18 @@ CONTRACT_KEYS = ("gpu", "world_size", "nnodes", "nproc_per_node", "iteration_tim
                  "estimator", "emulation_wall_s", "simulation_wall_s")
 
 
-def per_rank_memory(summary: dict, key: str, world: int) -> list[int | None]:
-    """A per-rank figure from emulation.json, deduplicated ranks taking their representative's."""
-    table = {int(k): v for k, v in (summary.get(key) or {}).items()}
-    rank_map = {int(k): int(v) for k, v in (summary.get("rank_map") or {}).items()}
-    out = []
-    for r in range(world):
-        v = table.get(r, table.get(rank_map.get(r, r)))
-        out.append(int(v) if v is not None else None)
-    return out
-
-
-def memory_section(summary: dict, world: int, capacity: int) -> dict:
-    alloc = per_rank_memory(summary, "peak_allocated_bytes", world)
-    reserved = per_rank_memory(summary, "peak_reserved_bytes", world)
+def memory_section(summary: EmulationSummary, world: int, capacity: int) -> dict:
+    alloc = summary.per_rank(summary.peak_allocated_bytes)[:world]
+    reserved = summary.per_rank(summary.peak_reserved_bytes)[:world]
     known_a = [a for a in alloc if a is not None]
     known_r = [r for r in reserved if r is not None]
-    oom_ranks = sorted({int(r) for r in summary.get("oom_ranks") or []})
-    emulated_oom = bool(summary.get("oom")) or bool(oom_ranks)
+    oom_ranks = sorted({int(r) for r in summary.oom_ranks})
+    emulated_oom = bool(summary.oom) or bool(oom_ranks)
     over = [r for r, v in enumerate(reserved) if v is not None and v > capacity]
     oom = emulated_oom or bool(over)
     reason = None
     if emulated_oom:
-        reason = (f"out of memory on rank(s) {oom_ranks or '?'} during emulation on {summary.get('gpu')}: "
+        reason = (f"out of memory on rank(s) {oom_ranks or '?'} during emulation on {summary.gpu}: "
                   "the program raised torch.cuda.OutOfMemoryError")
     elif over:
         reason = (f"peak reserved memory {max(reserved[r] for r in over) / 2**30:.1f} GiB on rank(s) {over[:16]} "
@@ -76,7 +68,7 @@ def _steady_rows(rep, steady: list[int]) -> np.ndarray:
     return np.isin(np.asarray(rep.iteration), steady)
 
 
-def flops_and_dtype(job: Job, steady: list[int]) -> tuple[float, str]:
+def flops_and_dtype(job: CollatedJob, steady: list[int]) -> tuple[float, str]:
     """Total kernel FLOPs of one steady iteration over all ranks, and the dtype doing most tensor-core FLOPs."""
     if not steady:
         return 0.0, "bfloat16"
@@ -97,7 +89,7 @@ def flops_and_dtype(job: Job, steady: list[int]) -> tuple[float, str]:
     return total / len(steady), dtype
 
 
-def infer_tokens(job: Job, steady: list[int]) -> float | None:
+def infer_tokens(job: CollatedJob, steady: list[int]) -> float | None:
     if not steady:
         return None
     count: dict[int, int] = {}
@@ -121,12 +113,73 @@ def _finite(x):
     return x if x is not None and isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def build_prediction(job: Job, cluster: Cluster, timing: Timing | None, estimates: Estimates | None,
+OPTIONAL_KEYS = ("emulation_failed", "warning")  # present only when they say something
+
+
+@dataclass
+class Prediction:
+    """What `maya simulate` / `maya predict` answer; `to_json()` is prediction.json."""
+
+    gpu: str
+    gpu_name: str
+    world_size: int
+    nnodes: int
+    nproc_per_node: int
+    iteration_time_s: float | None
+    iterations_s: list[float]
+    breakdown_s: dict[str, float | None]  # compute, communication, exposed_communication, host, idle
+    peak_memory_bytes: int | None
+    peak_memory_bytes_per_rank: list[int | None]
+    memory_reserved_bytes: int | None
+    memory_reserved_bytes_per_rank: list[int | None]
+    memory_capacity_bytes: int
+    oom: bool
+    oom_ranks: list[int]
+    oom_reason: str | None
+    fits: bool
+    model_flops_per_iteration: float
+    mfu: float | None
+    mfu_peak_dtype: str
+    tokens_per_iteration: float | None
+    tokens_source: str | None
+    tokens_per_s: float | None
+    price_per_gpu_hour: float
+    cost_per_iteration_usd: float | None
+    cost_per_million_tokens_usd: float | None
+    estimator: dict  # kernels, collectives (labels), coverage{learned, fallback} (shares of device time)
+    emulation_wall_s: float | None
+    simulation_wall_s: float
+    hang: dict | None
+    cluster: dict
+    emulated_gpu: str | None
+    iterations: list[int]
+    setup_s: float | None
+    steady_iterations: list[int]
+    host_speed: dict = field(default_factory=dict)  # how host gaps were scaled (emulator.hosttime)
+    timeline: bool = False  # timeline.json was written
+    emulation_failed: dict | None = None  # {rank, error}: the trace stops where the program failed
+    warning: str | None = None
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for k in OPTIONAL_KEYS:
+            if out[k] is None:
+                del out[k]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> Prediction:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, estimates: Estimates | None,
                      simulation_wall_s: float, tokens_per_iteration: float | None = None,
-                     hang: HangReport | None = None) -> dict:
+                     hang: HangReport | None = None, host_speed: dict | None = None) -> Prediction:
     spec = cluster.spec
     world = job.world_size
-    mem = memory_section(job.summary, world, spec.memory_bytes)
+    summary = job.summary
+    mem = memory_section(summary, world, spec.memory_bytes)
     t_iter = timing.iteration_time_s if timing and timing.iterations_s and hang is None else None
     steady = timing.steady if timing else []
     flops, dtype = flops_and_dtype(job, steady)
@@ -137,7 +190,7 @@ def build_prediction(job: Job, cluster: Cluster, timing: Timing | None, estimate
         tokens_source = "inferred from the vocabulary embedding's inputs" if tokens_per_iteration else None
     cost = t_iter * world * cluster.price_per_gpu_hour / 3600 if t_iter else None
     tokens_per_s = tokens_per_iteration / t_iter if t_iter and tokens_per_iteration else None
-    pred = dict(
+    pred = Prediction(
         gpu=spec.key, gpu_name=spec.name, world_size=world, nnodes=cluster.nnodes, nproc_per_node=cluster.gpus_per_node,
         iteration_time_s=_finite(t_iter),
         iterations_s=[float(x) for x in timing.iterations_s] if timing and hang is None else [],
@@ -157,18 +210,19 @@ def build_prediction(job: Job, cluster: Cluster, timing: Timing | None, estimate
         estimator=dict(kernels=estimates.kernels if estimates else None,
                        collectives=estimates.collectives if estimates else None,
                        coverage=estimates.coverage if estimates else {"learned": None, "fallback": None}),
-        emulation_wall_s=job.summary.get("emulation_wall_s"),
+        emulation_wall_s=summary.emulation_wall_s,
         simulation_wall_s=simulation_wall_s,
         hang=hang.to_dict() if hang else None,
         cluster=cluster.describe(),
-        emulated_gpu=job.summary.get("gpu"),
+        emulated_gpu=summary.gpu,
         iterations=timing.iterations if timing else [],
         setup_s=timing.setup_s if timing and hang is None else None,
         steady_iterations=steady,
+        host_speed=dict(host_speed or {}),
     )
-    if job.summary.get("ok") is False and not pred["oom"]:
-        err = (job.summary.get("error") or "").strip().splitlines()
-        pred["emulation_failed"] = dict(rank=job.summary.get("failed_rank"), error=err[-1] if err else None)
-    if not job.summary.get("complete", True) and not pred["oom"]:
-        pred["warning"] = "the emulation did not complete; the trace may miss work"
+    if summary.ok is False and not pred.oom:
+        err = (summary.error or "").strip().splitlines()
+        pred.emulation_failed = dict(rank=summary.failed_rank, error=err[-1] if err else None)
+    if not summary.complete and not pred.oom:
+        pred.warning = "the emulation did not complete; the trace may miss work"
     return pred

@@ -7,6 +7,8 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from emulator.report.prediction import Prediction
+
 GiB = 2**30
 
 
@@ -24,8 +26,9 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
-def print_prediction(pred: dict, console: Console | None = None, out_dir=None) -> None:
+def print_prediction(prediction: Prediction, console: Console | None = None, out_dir=None) -> None:
     c = console or Console()
+    pred = prediction.to_json()
     if pred.get("oom"):
         c.print(Panel(f"[bold]OUT OF MEMORY[/bold]: {pred.get('oom_reason') or 'a rank ran out of memory'}\n"
                       f"peak reserved {(pred.get('memory_reserved_bytes') or 0) / GiB:.2f} GiB, "

@@ -10,12 +10,12 @@ each collective so a reader can follow who waited for whom. Large jobs are cut t
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
-from emulator.collate.job import COMM_KINDS
+from emulator.core.files import atomic_write_bytes
 from emulator.simulate.engine import SimResult
+from emulator.simulate.streams import CollectiveKey
+from emulator.trace.schema import COMM_KINDS
 
 
 def _thread(view, row: int, names: dict) -> int:
@@ -74,7 +74,7 @@ def build_timeline(result: SimResult, max_ranks: int = 64) -> dict:
         for r, row in members[1:]:
             tid, ts = where[(r, row)]
             flow_id += 1
-            name = str(key[0] == "c" and f"{key[1]}#{key[2]}" or f"p2p {key[1]}->{key[2]}#{key[3]}")
+            name = f"{key.group}#{key.seq}" if isinstance(key, CollectiveKey) else f"p2p {key.src}->{key.dst}#{key.n}"
             events.append(dict(ph="s", id=flow_id, name=name, cat="collective", pid=r0, tid=tid0, ts=ts0))
             events.append(dict(ph="f", bp="e", id=flow_id, name=name, cat="collective", pid=r, tid=tid, ts=ts))
     other = {"world_size": job.world_size, "ranks_shown": len(ranks)}
@@ -86,15 +86,5 @@ def build_timeline(result: SimResult, max_ranks: int = 64) -> dict:
 def write_timeline(path: Path, result: SimResult, max_ranks: int = 64) -> Path:
     """Write the timeline atomically (temp file + rename): an interrupted write leaves the old file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(build_timeline(result, max_ranks), separators=(",", ":")).encode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, json.dumps(build_timeline(result, max_ranks), separators=(",", ":")).encode())
     return path

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.collate.job import COMM_KINDS, DEVICE_KINDS, RepTrace
+from emulator.collate.job import RepTrace
 from emulator.simulate.engine import SimResult
+from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS
 
 
 @dataclass
@@ -77,8 +78,7 @@ def _clip(s, e, lo, hi):
     return s2[keep], e2[keep]
 
 
-def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks: int = 32,
-           host_gap_scale: float = 1.0) -> Timing:
+def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks: int = 32) -> Timing:
     job = result.job
     ids = sorted({i for rep in job.reps.values() for i in _rep_index(rep)["ids"]})
     ends = {i: 0.0 for i in ids}
@@ -127,7 +127,7 @@ def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks:
         comm = _union(ms, me)
         both = _union(np.concatenate([cs, ms]), np.concatenate([ce, me]))
         in_window = np.isin(ix["it"], steady)
-        host = float(ix["gap"][in_window].sum()) * host_gap_scale + launch_overhead_s * int(
+        host = float(ix["gap"][in_window].sum()) + launch_overhead_s * int(
             np.count_nonzero(in_window & (ix["compute"] | ix["comm"])))
         acc["compute"] += compute / n_it
         acc["communication"] += comm / n_it

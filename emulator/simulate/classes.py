@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.collate.job import Job
+from emulator.collate.job import CollatedJob as Job
 
 
 def quotient(job: Job, durations: list[np.ndarray]) -> tuple[list[int], list[int]] | None:

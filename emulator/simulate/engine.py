@@ -1,4 +1,4 @@
-"""Discrete-event simulation of every rank of the job (DESIGN section 4).
+"""Discrete-event simulation of every rank of the job.
 
 Model (per rank):
 - The **host** walks the trace in host order. Before each device call it spends the recorded
@@ -28,9 +28,10 @@ links, and slowdown of kernels overlapped with communication.
 Mechanics: every stream runs ahead as far as its dependencies are known; a stream whose head
 needs an unknown time (a collective other ranks have not reached, an event another stream has
 not recorded) stops, and the event that resolves it (`events.CollectiveDone`, `StreamStep`,
-`HostStep`, ordered by (time, kind, id)) restarts it. Per-op work is a few list operations
-(~1.5M rows of a 1,024-rank iteration: ~10 s on a loaded 2-core machine); `simulate` also runs
-classes of provably identical ranks once (`simulate.classes`), which makes that ~0.2 s.
+`HostStep`, ordered by (time, kind, id)) restarts it. What a stream holds and the keys that match
+collectives are the small named types of `simulate.streams`. Per-op work is a few list
+operations, so the cost grows with rows x ranks; `simulate` runs classes of provably identical
+ranks once (`simulate.classes`), which is what keeps a 1,024-rank job in seconds.
 """
 
 from __future__ import annotations
@@ -42,10 +43,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emulator.collate.job import COMM_KINDS, DEVICE_KINDS, HangIssue, HangReport, Job, RankView
+from emulator.collate.hangs import HangIssue, HangReport
+from emulator.collate.job import CollatedJob as Job
+from emulator.collate.job import RankView
 from emulator.simulate import events as ev
-
-_K, _R, _W, _C = 0, 1, 2, 3  # stream item kinds: kernel, record token, wait token, collective
+from emulator.simulate.streams import (
+    Collective,
+    CollectiveKey,
+    Kernel,
+    MessageKey,
+    P2PWaitKey,
+    Record,
+    SideStream,
+    Wait,
+)
+from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS
 
 
 class _Stream:
@@ -74,7 +86,7 @@ class _RankState:
         self.tok: list = []  # token -> resolved time or None
         self.waiters: dict = defaultdict(list)  # token -> streams waiting on it
         self.host_wait: list = []
-        self.pending_async: dict = {}  # (group, coll_seq) -> completion token
+        self.pending_async: dict = {}  # CollectiveKey / P2PWaitKey -> completion token
         self.unwaited: dict = {}  # completion tokens of async comm with no wait seen yet (ordered set)
         self.event_tok: dict = {}
         self.sends: dict = defaultdict(int)
@@ -109,7 +121,7 @@ class SimResult:
 
 class Simulator:
     def __init__(self, job: Job, durations: list[np.ndarray], launch_overhead_s: float = 4e-6,
-                 host_gap_scale: float = 1.0, only: list[int] | None = None, synchronous: bool = False):
+                 only: list[int] | None = None, synchronous: bool = False):
         """`only`: simulate these ranks (class representatives, see `classes.quotient`); a collective then
         expects one arrival per simulated member. `synchronous`: the device runs each op on the host's
         own time, as a CPU does (the host waits for every kernel and every blocking collective)."""
@@ -117,7 +129,6 @@ class Simulator:
             raise ValueError(f"{len(durations)} duration arrays for {len(job.ranks)} ranks")
         self.job = job
         self.launch = launch_overhead_s
-        self.host_scale = host_gap_scale
         self.synchronous = synchronous
         chosen = range(len(job.ranks)) if only is None else only
         self.present = None if only is None else set(only)
@@ -135,40 +146,34 @@ class Simulator:
             heapq.heappush(self.heap, ev.host_step(0.0, rs.view.rank))
         heap = self.heap
         while heap:
-            e = heapq.heappop(heap)
-            if e.kind == ev.COLLECTIVE_DONE:
-                self._finish_collective(e)
-            elif e.kind == ev.STREAM_STEP:
-                self._advance(self.by_rank[e.rank], e.stream)
-            else:
-                self._run_host(self.by_rank[e.rank])
+            heapq.heappop(heap).handle(self)
         hang = self._hang_report()
         return SimResult(job=self.job, start=[r.start for r in self.ranks], end=[r.end for r in self.ranks],
                          host_end=[r.host_t for r in self.ranks], collectives=self.collectives, hang=hang,
                          wall_s=time.perf_counter() - t0)
 
     # -- streams ----------------------------------------------------------------------------------
-    def _advance(self, rs: _RankState, key) -> None:
+    def advance(self, rs: _RankState, key) -> None:
         q = rs.streams[key]
         items = q.items
         while items:
             it = items[0]
-            t = it[0]
-            if t == _K:
-                row = it[1]
-                s = q.free if q.free > it[2] else it[2]
+            t = type(it)
+            if t is Kernel:
+                row = it.row
+                s = q.free if q.free > it.issue else it.issue
                 e = s + rs.dur[row]
                 rs.start[row] = s
                 rs.end[row] = e
                 q.free = e
-            elif t == _R:
-                self._resolve(rs, it[1], q.free)
-            elif t == _W:
-                v = rs.tok[it[1]]
+            elif t is Record:
+                self._resolve(rs, it.token, q.free)
+            elif t is Wait:
+                v = rs.tok[it.token]
                 if v is None:
-                    if q.waiting != it[1]:
-                        q.waiting = it[1]
-                        rs.waiters[it[1]].append(key)
+                    if q.waiting != it.token:
+                        q.waiting = it.token
+                        rs.waiters[it.token].append(key)
                     return
                 q.waiting = None
                 if v > q.free:
@@ -188,8 +193,8 @@ class Simulator:
         if rs.host_wait and all(rs.tok[x] is not None for x in rs.host_wait):
             heapq.heappush(self.heap, ev.host_step(t, rank))
 
-    def _arrive(self, rs: _RankState, key, item) -> None:
-        _, row, issue, ckey, expected = item
+    def _arrive(self, rs: _RankState, key, item: Collective) -> None:
+        row, issue, ckey, expected = item
         q = rs.streams[key]
         ready = q.free if q.free > issue else issue
         p = self.pending.get(ckey)
@@ -206,7 +211,7 @@ class Simulator:
             self.running[ckey] = p[2]
             heapq.heappush(self.heap, ev.collective_done(p[0] + p[1], ckey, p[0]))
 
-    def _finish_collective(self, e) -> None:
+    def finish_collective(self, e: ev.CollectiveDone) -> None:
         members = self.running.pop(e.key)
         self.collectives[e.key] = (e.start, e.time, [(rs.view.rank, row) for rs, _, row in members])
         for rs, key, row in members:
@@ -216,13 +221,13 @@ class Simulator:
             q.free = e.time
             q.in_coll = False
             q.items.popleft()
-            self._advance(rs, key)
+            self.advance(rs, key)
 
     def _push(self, rs: _RankState, key, item) -> None:
         q = rs.stream(key)
         q.items.append(item)
         if len(q.items) == 1:
-            self._advance(rs, key)
+            self.advance(rs, key)
 
     # -- host -------------------------------------------------------------------------------------
     def _block_host(self, rs: _RankState, toks: list[int]) -> bool:
@@ -236,10 +241,10 @@ class Simulator:
     def _wait_for_stream(self, rs: _RankState, stream) -> bool:
         """The host waits for everything queued on `stream` so far; True if it must stop for now."""
         tok = rs.new_token()
-        self._push(rs, stream, (_R, tok))
+        self._push(rs, stream, Record(tok))
         return self._block_host(rs, [tok])
 
-    def _run_host(self, rs: _RankState) -> None:
+    def run_host(self, rs: _RankState) -> None:
         if rs.done:
             return
         if rs.host_wait:
@@ -260,17 +265,17 @@ class Simulator:
             if rs.unwaited and (iters[pos] != rs.cur_iter or (phases[pos] == "optimizer"
                                                                and rs.prev_phase != "optimizer")):
                 for tok in rs.unwaited:  # async comm never waited for: joined at the step / iteration end
-                    self._push(rs, sk, (_W, tok))
+                    self._push(rs, sk, Wait(tok))
                 rs.unwaited.clear()
             rs.cur_iter, rs.prev_phase = iters[pos], phases[pos]
-            rs.host_t += gaps[pos] * self.host_scale
+            rs.host_t += gaps[pos]
             if k in DEVICE_KINDS:
                 if not launches[pos]:
                     rs.start[pos] = rs.end[pos] = rs.host_t
                     continue
                 rs.host_t += self.launch
-                self._push(rs, sk, (_K, pos, rs.host_t))
-                if (rep.sync_copy[pos] or self.synchronous) and self._wait_for_stream(rs, sk):
+                self._push(rs, sk, Kernel(pos, rs.host_t))
+                if (rep.blocking[pos] or self.synchronous) and self._wait_for_stream(rs, sk):
                     return
                 continue
             rs.start[pos] = rs.end[pos] = rs.host_t
@@ -282,19 +287,20 @@ class Simulator:
             elif k == "event_record":
                 tok = rs.new_token()
                 rs.event_tok[rep.event_id[pos]] = tok
-                self._push(rs, sk, (_R, tok))
+                self._push(rs, sk, Record(tok))
             elif k == "event_wait":
                 g, seq = view.group.get(pos), rep.coll_seq[pos]
                 if g is not None and seq is not None:
                     wf = rep.waits_for[pos]
-                    key = ("p", g, seq, view.peer.get(pos), wf) if wf in ("send", "recv") else ("c", g, seq)
+                    key = P2PWaitKey(g, seq, view.peer.get(pos), wf) if wf in ("send", "recv") \
+                        else CollectiveKey(g, seq)
                     tok = rs.pending_async.pop(key, None)
                     if tok is not None:
                         rs.unwaited.pop(tok, None)
                 else:
                     tok = rs.event_tok.get(rep.event_id[pos])
                 if tok is not None:
-                    self._push(rs, sk, (_W, tok))
+                    self._push(rs, sk, Wait(tok))
             elif k == "stream_sync":
                 if self._wait_for_stream(rs, sk):
                     return
@@ -302,7 +308,7 @@ class Simulator:
                 toks = []
                 for key in list(rs.streams):
                     tok = rs.new_token()
-                    self._push(rs, key, (_R, tok))
+                    self._push(rs, key, Record(tok))
                     toks.append(tok)
                 if self._block_host(rs, toks):
                     return
@@ -310,7 +316,7 @@ class Simulator:
             toks = list(rs.unwaited)
             rs.unwaited.clear()
             for tok in toks:
-                self._push(rs, streams[n - 1] if n else 0, (_W, tok))
+                self._push(rs, streams[n - 1] if n else 0, Wait(tok))
         rs.done = True
 
     def _issue_comm(self, rs: _RankState, view: RankView, pos: int, sk, world: int) -> None:
@@ -319,40 +325,40 @@ class Simulator:
         if rep.kind[pos] == "collective":
             members = view.group_ranks.get(pos) or range(world)
             expected = len(members) if self.present is None else sum(1 for m in members if m in self.present)
-            item = (_C, pos, rs.host_t, ("c", g, seq), expected)
+            item = Collective(pos, rs.host_t, CollectiveKey(g, seq), expected)
             if not rep.async_op[pos]:
                 self._push(rs, sk, item)
                 return
-            comm_key = ("comm", g)
+            comm_key = SideStream("comm", g)
         else:
             peer = view.peer.get(pos)
             if rep.collective[pos] == "send":
-                key = ("p", view.rank, peer, rs.sends[peer])
+                key = MessageKey(view.rank, peer, rs.sends[peer])
                 rs.sends[peer] += 1
-                comm_key = ("send", peer)
+                comm_key = SideStream("send", peer)
             else:
-                key = ("p", peer, view.rank, rs.recvs[peer])
+                key = MessageKey(peer, view.rank, rs.recvs[peer])
                 rs.recvs[peer] += 1
-                comm_key = ("recv", peer)
-            item = (_C, pos, rs.host_t, key, 2)
+                comm_key = SideStream("recv", peer)
+            item = Collective(pos, rs.host_t, key, 2)
         ready_tok, done_tok = rs.new_token(), rs.new_token()
-        self._push(rs, sk, (_R, ready_tok))
-        self._push(rs, comm_key, (_W, ready_tok))
+        self._push(rs, sk, Record(ready_tok))
+        self._push(rs, comm_key, Wait(ready_tok))
         self._push(rs, comm_key, item)
-        self._push(rs, comm_key, (_R, done_tok))
+        self._push(rs, comm_key, Record(done_tok))
         if rep.kind[pos] == "p2p":
             coll = rep.collective[pos]
             if not rep.async_op[pos] or (coll == "recv" and not rep.p2p_waits):
                 # a sync p2p returns when done; without recorded p2p waits (older traces) a received buffer is
                 # taken to be consumed by the issuing stream's next op, as pipeline schedules do
-                self._push(rs, sk, (_W, done_tok))
+                self._push(rs, sk, Wait(done_tok))
                 return
             if rep.p2p_waits and g is not None and seq is not None:
-                rs.pending_async[("p", g, seq, view.peer.get(pos), coll)] = done_tok
+                rs.pending_async[P2PWaitKey(g, seq, view.peer.get(pos), coll)] = done_tok
             rs.unwaited[done_tok] = True
             return
         if g is not None and seq is not None:
-            rs.pending_async[("c", g, seq)] = done_tok
+            rs.pending_async[CollectiveKey(g, seq)] = done_tok
         rs.unwaited[done_tok] = True
 
     # -- hangs --------------------------------------------------------------------------------------
@@ -366,14 +372,14 @@ class Simulator:
             arrived = sorted(rs.view.rank for rs, _, _ in members)
             rs0, _, row = members[0]
             coll = rs0.rep.collective[row]
-            if ckey[0] == "c":
+            if isinstance(ckey, CollectiveKey):
                 ranks = list(rs0.view.group_ranks.get(row) or range(self.job.world_size))
                 missing = [r for r in ranks if r not in arrived]
-                issues.append(HangIssue("missing", ckey[1], ranks, ckey[2], coll, arrived, missing,
-                                        f"{coll} #{ckey[2]} on group {ckey[1]!r} (ranks {ranks}): ranks {arrived} "
-                                        f"wait for ranks {missing}, which are blocked elsewhere"))
+                issues.append(HangIssue("missing", ckey.group, ranks, ckey.seq, coll, arrived, missing,
+                                        f"{coll} #{ckey.seq} on group {ckey.group!r} (ranks {ranks}): ranks "
+                                        f"{arrived} wait for ranks {missing}, which are blocked elsewhere"))
             else:
-                _, src, dst, k = ckey
+                src, dst, k = ckey
                 missing = [r for r in (src, dst) if r not in arrived]
                 issues.append(HangIssue("p2p", None, [src, dst], k, "send/recv", arrived, missing,
                                         f"message {k} from rank {src} to rank {dst}: rank {arrived[0]} waits, "
@@ -385,7 +391,7 @@ class Simulator:
 
 
 def simulate(job: Job, durations: list[np.ndarray], launch_overhead_s: float = 4e-6,
-             host_gap_scale: float = 1.0, classes: bool | None = None, synchronous: bool = False) -> SimResult:
+             classes: bool | None = None, synchronous: bool = False) -> SimResult:
     """Run the discrete-event simulation of `job` with per-rank, per-row durations (seconds).
 
     `classes`: simulate each class of provably identical ranks once (`simulate.classes`); default on
@@ -396,10 +402,10 @@ def simulate(job: Job, durations: list[np.ndarray], launch_overhead_s: float = 4
     use = classes if classes is not None else job.world_size > 64
     q = quotient(job, durations) if use else None
     if q is None:
-        return Simulator(job, durations, launch_overhead_s, host_gap_scale, synchronous=synchronous).run()
+        return Simulator(job, durations, launch_overhead_s, synchronous=synchronous).run()
     reps, cls = q
     t0 = time.perf_counter()
-    res = Simulator(job, durations, launch_overhead_s, host_gap_scale, only=reps, synchronous=synchronous).run()
+    res = Simulator(job, durations, launch_overhead_s, only=reps, synchronous=synchronous).run()
     by_rep = {r: k for k, r in enumerate(reps)}
     idx = [by_rep[reps[c]] for c in cls]
     return SimResult(job=job, start=[res.start[k] for k in idx], end=[res.end[k] for k in idx],

@@ -1,18 +1,7 @@
-"""Reading and writing emulation output folders (traces + summaries), atomically.
+"""Reading and writing an output folder's traces and summaries (paths in `emulator.trace.layout`).
 
-    OUT/trace/rank=R/part-0.parquet   rows in TRACE_SCHEMA, one file per emulated rank
-    OUT/ranks/rank=R.json             per-rank summary written by the worker that ran rank R
-    OUT/emulation.json                the job summary written by the launcher
-
-`emulation.json` keys (a contract; more are welcome):
-    schema_version, ok, complete, script, module, argv, gpu, gpu_name, world_size, nnodes,
-    nproc_per_node, torch_version, iterations_requested, iterations_found,
-    peak_allocated_bytes{rank: int}, peak_reserved_bytes{rank: int}, oom, oom_ranks,
-    unsupported_ops{op: count}, placeholders{kind: count}, emulation_wall_s,
-    ranks_emulated[list], rank_map{rank: representative rank}, groups[{name, ranks}],
-    failed_rank, error (the failing rank's original traceback)
-Per-rank json keys: rank, ok, error, oom, peak_allocated, peak_reserved, iterations,
-    unsupported_ops, placeholders, wall_s, op_hash, groups, n_events, torch_version, gpu
+Every write is atomic (a temp file renamed over the target): a reader sees the old file or the
+new one, never a partial one. Reads check what they read and name the file when it is wrong.
 """
 
 from __future__ import annotations
@@ -24,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from emulator.core.files import atomic_write_bytes, atomic_write_parquet
-from emulator.trace.schema import TRACE_SCHEMA, check_schema
-
-EMULATION_JSON = "emulation.json"
+from emulator.trace.layout import EMULATION_JSON, emulated_ranks, rank_summary_path, rank_trace_path
+from emulator.trace.schema import FILE_SCHEMA, check_schema, conform
+from emulator.trace.summaries import EmulationSummary, RankSummary
 
 
 def write_json(path: Path, obj: dict) -> None:
@@ -38,33 +27,19 @@ def read_json(path: Path) -> dict:
         return json.load(f)
 
 
-def rank_trace_path(out: Path, rank: int) -> Path:
-    return Path(out) / "trace" / f"rank={rank}" / "part-0.parquet"
-
-
-def rank_summary_path(out: Path, rank: int) -> Path:
-    return Path(out) / "ranks" / f"rank={rank}.json"
-
-
 def write_rank_trace(out: Path, rank: int, table: pa.Table) -> Path:
-    """Write one rank's trace (cast to TRACE_SCHEMA) via a temp file + rename."""
+    """Write one rank's trace: every TRACE_SCHEMA column but `rank`, which the folder name carries."""
     path = rank_trace_path(out, rank)
-    atomic_write_parquet(table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA), path)
+    atomic_write_parquet(table.select(FILE_SCHEMA.names).cast(FILE_SCHEMA), path)
     return path
 
 
 def read_rank_trace(out: Path, rank: int) -> pa.Table:
+    """One rank's trace as TRACE_SCHEMA (the rank column first; a version-1 file upgraded)."""
     path = rank_trace_path(out, rank)
-    table = pq.read_table(path)
+    table = pq.read_table(path, partitioning=None)
     check_schema(table.schema, str(path))
-    return table
-
-
-def emulated_ranks(out: Path) -> list[int]:
-    base = Path(out) / "trace"
-    if not base.is_dir():
-        return []
-    return sorted(int(p.name.split("=", 1)[1]) for p in base.iterdir() if p.name.startswith("rank="))
+    return conform(table, rank)
 
 
 def read_traces(out: Path) -> dict[int, pa.Table]:
@@ -72,12 +47,20 @@ def read_traces(out: Path) -> dict[int, pa.Table]:
     return {r: read_rank_trace(out, r) for r in emulated_ranks(out)}
 
 
-def read_summary(out: Path) -> dict:
+def write_rank_summary(out: Path, summary: RankSummary) -> None:
+    write_json(rank_summary_path(out, summary.rank), summary.to_json())
+
+
+def read_rank_summary(out: Path, rank: int) -> RankSummary:
+    return RankSummary.from_json(read_json(rank_summary_path(out, rank)))
+
+
+def read_summary(out: Path) -> EmulationSummary:
     path = Path(out) / EMULATION_JSON
     if not path.exists():
         raise FileNotFoundError(f"{out}: no {EMULATION_JSON}; is this a `maya emulate` output folder?")
-    return read_json(path)
+    return EmulationSummary.from_json(read_json(path), str(path))
 
 
-def write_summary(out: Path, summary: dict) -> None:
-    write_json(Path(out) / EMULATION_JSON, summary)
+def write_summary(out: Path, summary: EmulationSummary) -> None:
+    write_json(Path(out) / EMULATION_JSON, summary.to_json())

@@ -15,7 +15,6 @@ attention op names on a CPU) or an out-of-memory shape becomes a `failed` row wi
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -304,9 +303,3 @@ def run_once(b: Bound):
 def describe_error(e: BaseException) -> str:
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {msg}"[:500]
-
-
-def estimated_bytes(sig: Signature) -> int:
-    from emulator.core.ops import dtype_bytes
-
-    return sum(math.prod(s) * dtype_bytes(d) for s, d in zip(sig.shapes, sig.dtypes, strict=False))

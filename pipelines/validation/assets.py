@@ -1,6 +1,6 @@
 """Dagster asset `validation_report`: maya's end-to-end error, as a materialization with metadata.
 
-Engineer E wires it into `pipelines.definitions`. It runs the same code as `make validate`; run
+It runs the same code as `make validate`; run
 config picks the tables and the quick subset. Metadata carries the headline numbers (MAPE,
 median |error|, target met) so the Dagster UI shows the trend across materializations, plus the
 markdown report itself and the paths of the JSON and plots.
@@ -71,3 +71,6 @@ def validation_report(context: dg.AssetExecutionContext, config: ValidationConfi
             if row.get("error"):
                 context.log.warning(f"{row['name']}: {str(row['error'])[:300]}")
     return dg.MaterializeResult(metadata=report_metadata(rep))
+
+
+VALIDATION_ASSETS = [validation_report]

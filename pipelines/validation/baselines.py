@@ -74,8 +74,8 @@ def steady_iterations(ids: list[int], found: int | None = None) -> list[int]:
 def serial_roofline_s(out: Path, gpu: str | None = None, nproc_per_node: int | None = None) -> float:
     """Roofline-only iteration time of an emulation output folder (see module docstring)."""
     summary = read_summary(out)
-    spec = get_gpu(gpu or summary["gpu"])
-    per_node = int(nproc_per_node or summary.get("nproc_per_node") or spec.gpus_per_node)
+    spec = get_gpu(gpu or summary.gpu)
+    per_node = int(nproc_per_node or summary.nproc_per_node or spec.gpus_per_node)
     nnodes_of_group = lambda ranks: len({r // per_node for r in ranks}) if ranks else 1
     columns = ["kind", "op", "iteration", "dtypes", "flops", "bytes", "group_ranks", "coll_bytes"]
     per_iteration: dict[int, float] = {}
@@ -86,7 +86,7 @@ def serial_roofline_s(out: Path, gpu: str | None = None, nproc_per_node: int | N
         df = table.select(columns).to_pandas()
         for it, t in _rank_iteration_times(df, spec, nnodes_of_group, per_node).items():
             per_iteration[it] = max(per_iteration.get(it, 0.0), t)  # the slowest rank sets the pace
-    steady = steady_iterations(list(per_iteration), summary.get("iterations_found"))
+    steady = steady_iterations(list(per_iteration), summary.iterations_found)
     return statistics.median(per_iteration[i] for i in steady)
 
 

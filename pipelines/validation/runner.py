@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.trace.io import read_json, read_summary, read_traces, write_json
+from emulator.trace.summaries import EmulationSummary
 from pipelines.validation.baselines import BaselineUnavailable, serial_roofline_s, steady_iterations
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +134,7 @@ def _roofline(res: RunResult, out: Path, gpu: str | None, nproc_per_node: int) -
         from emulator.pipeline import predict_from_trace
 
         pred = predict_from_trace(out, gpu=gpu, roofline_only=True, timeline=False, write=False)
-        res.roofline_sim_s = pred.get("iteration_time_s")
+        res.roofline_sim_s = pred.iteration_time_s
     except Exception:  # noqa: BLE001 - optional extra figure; the serial roofline is the baseline
         res.roofline_sim_s = None
 
@@ -144,8 +145,8 @@ def _emulation_done(folder: Path, spec: dict, out: Path) -> bool:
         same = read_json(folder / "case.json") == spec
     except (OSError, ValueError):
         return False
-    summary = _summary_or_none(out) or {}
-    return same and bool(summary.get("ok") or summary.get("oom"))
+    summary = _summary_or_none(out)
+    return same and summary is not None and bool(summary.ok or summary.oom)
 
 
 def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 900, fresh: bool = False,
@@ -171,7 +172,7 @@ def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 9
                    "--nnodes", str(case.nnodes), "--iterations", str(iterations), "--out", str(out),
                    *program], log, timeout_s)
     summary = _summary_or_none(out)
-    if rc != 0 and not (summary or {}).get("oom"):
+    if rc != 0 and not (summary is not None and summary.oom):
         res.error = f"maya emulate exited {rc}: {_tail(log)}"
     else:
         rc = _run([*MAYA, "simulate", str(out), "--no-timeline"], log, timeout_s)
@@ -188,7 +189,7 @@ def run_gpu_case(case, runs_dir: Path, iterations: int = 2, timeout_s: float = 9
 
 
 
-def _summary_or_none(out: Path) -> dict | None:
+def _summary_or_none(out: Path) -> EmulationSummary | None:
     try:
         return read_summary(out)
     except (FileNotFoundError, ValueError):
@@ -202,7 +203,7 @@ def measured_iteration_s(out: Path) -> float:
     the trace's (host gaps + measured op durations, which on the synchronous CPU device add up to the
     wall time), slowest rank, median over steady-state iterations."""
     summary = read_summary(out)
-    per_rank = summary.get("measured_iterations_s")  # {rank: [seconds per iteration]}, `--timing-only`
+    per_rank = summary.measured_iterations_s  # {rank: [seconds per iteration]}, `--timing-only`
     if per_rank:
         slowest = [max(v) for v in zip(*per_rank.values(), strict=False)]  # the slowest rank sets the pace
         if slowest:
@@ -214,7 +215,7 @@ def measured_iteration_s(out: Path) -> float:
             per_iteration[int(it)] = max(per_iteration.get(int(it), 0.0), float(t))
     if not per_iteration:
         raise ValueError(f"{out}: the profile recorded no iterations")
-    steady = steady_iterations(list(per_iteration), summary.get("iterations_found"))
+    steady = steady_iterations(list(per_iteration), summary.iterations_found)
     return statistics.median(per_iteration[i] for i in steady)
 
 

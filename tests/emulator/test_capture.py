@@ -62,7 +62,7 @@ def test_gemm_signature_shows_the_linear_transpose_in_strides(train):
 def test_summary_keys(train):
     s = train.summary
     for key in ("rank", "ok", "error", "oom", "peak_allocated", "peak_reserved", "iterations", "unsupported_ops",
-                "placeholders", "wall_s", "op_hash", "groups", "n_events", "torch_version", "gpu"):
+                "placeholders", "wall_s", "work_hash", "groups", "n_events", "torch_version", "gpu"):
         assert key in s
     assert s["ok"] is True and s["n_events"] == len(train.trace) and s["gpu"] == "h100"
 

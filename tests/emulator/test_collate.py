@@ -1,16 +1,22 @@
 """Collate: what a user sees when the ranks of a job do not line up, or the trace is not readable."""
 
+import json
+
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from emulator.bench.synthetic import TraceBuilder, ddp_rank, write_job
-from emulator.collate.job import CollateError, HangError, collate, collate_tables, robust_host_gaps
-from emulator.trace.io import rank_trace_path
+from emulator.collate.hangs import HangError
+from emulator.collate.job import CollateError, collate, collate_tables
+from emulator.hosttime import clip_spikes
+from emulator.trace.layout import rank_trace_path
 from emulator.trace.schema import TraceSchemaError
+from emulator.trace.summaries import EmulationSummary
 
 
 def _summary(world, nnodes=1):
-    return dict(world_size=world, nnodes=nnodes, nproc_per_node=world // nnodes, gpu="h100")
+    return EmulationSummary(world_size=world, nnodes=nnodes, nproc_per_node=world // nnodes, gpu="h100")
 
 
 def _ranks_with(colls_by_rank):
@@ -71,8 +77,37 @@ def test_trace_of_another_schema_version_is_a_clear_error(tmp_path):
     path = rank_trace_path(out, 0)
     t = pq.read_table(path)
     pq.write_table(t.replace_schema_metadata({b"maya.trace_schema_version": b"99"}), path)
-    with pytest.raises(TraceSchemaError, match="trace schema version 99, this maya reads version 1"):
+    with pytest.raises(TraceSchemaError, match=r"trace schema version 99, this maya reads versions \[1, 2\]"):
         collate(out)
+
+
+def _as_version_1(table: pa.Table) -> pa.Table:
+    """A trace as version 1 wrote it: the rank column in the file, async_op and waits_for in args."""
+    args = []
+    for a, asy, wf in zip(table.column("args").to_pylist(), table.column("async_op").to_pylist(),
+                          table.column("waits_for").to_pylist(), strict=True):
+        d = json.loads(a or "{}")
+        if asy is not None:
+            d["async_op"] = asy
+        if wf is not None:
+            d["waits_for"] = wf
+        args.append(json.dumps(d))
+    t = table.drop_columns(["async_op", "waits_for", "blocking"])
+    t = t.set_column(t.column_names.index("args"), "args", pa.array(args, pa.string()))
+    return t.replace_schema_metadata({b"maya.trace_schema_version": b"1"})
+
+
+def test_a_version_1_trace_still_simulates_as_its_version_2_twin(tmp_path):
+    from emulator.pipeline import predict_from_trace
+
+    tables = {r: ddp_rank(r, 2, record_waits=True).table() for r in range(2)}
+    new = write_job(tmp_path / "v2", tables)
+    old = write_job(tmp_path / "v1", tables, schema_version=1)
+    for r, table in tables.items():
+        pq.write_table(_as_version_1(table), rank_trace_path(old, r))
+    a = predict_from_trace(new, roofline_only=True)
+    b = predict_from_trace(old, roofline_only=True)
+    assert b.iteration_time_s == a.iteration_time_s and b.breakdown_s == a.breakdown_s
 
 
 def test_missing_rank_without_representative_is_a_clear_error(tmp_path):
@@ -82,8 +117,6 @@ def test_missing_rank_without_representative_is_a_clear_error(tmp_path):
 
 
 def test_deduplicated_ranks_are_expanded_with_their_own_groups(tmp_path):
-    dedup = pytest.importorskip("emulator.launch.roles")
-    del dedup
     tables = {r: ddp_rank(r, 4).table() for r in range(4)}
     groups = [{"name": "0", "ranks": [0, 1, 2, 3]}]
     out = write_job(tmp_path / "out", {0: tables[0]}, world_size=4, rank_map={str(r): 0 for r in range(4)},
@@ -95,7 +128,6 @@ def test_deduplicated_ranks_are_expanded_with_their_own_groups(tmp_path):
 
 
 def test_a_deduplicated_3d_job_simulates_exactly_like_the_full_one(tmp_path):
-    pytest.importorskip("emulator.launch.roles")
     from emulator.bench.synthetic import parallel3d_rank
     from emulator.pipeline import predict_from_trace
 
@@ -121,8 +153,8 @@ def test_a_deduplicated_3d_job_simulates_exactly_like_the_full_one(tmp_path):
     assert set(job.ranks[7].peer.values()) == {5}  # its previous stage
     a = predict_from_trace(full, roofline_only=True)
     b = predict_from_trace(dedup, roofline_only=True)
-    assert b["iteration_time_s"] == pytest.approx(a["iteration_time_s"], rel=1e-9)
-    assert b["breakdown_s"] == pytest.approx(a["breakdown_s"], rel=1e-9)
+    assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
+    assert b.breakdown_s == pytest.approx(a.breakdown_s, rel=1e-9)
 
 
 def test_a_preemption_spike_in_a_repeated_op_is_clipped_but_a_one_off_gap_is_kept():
@@ -130,7 +162,7 @@ def test_a_preemption_spike_in_a_repeated_op_is_clipped_but_a_one_off_gap_is_kep
     modules = [f"Net.layers.{i}.fc" for i in range(8)] + ["Net.emb"]
     gaps = [1e-4] * 8 + [0.5]
     gaps[3] = 0.08  # the machine took the core away during layer 3's gap
-    out = robust_host_gaps(ops, ["forward"] * 9, modules, gaps)
+    out = clip_spikes(ops, ["forward"] * 9, modules, gaps)
     assert out[3] == pytest.approx(3e-4)  # SPIKE_FACTOR x the class median
     assert out[:3] == gaps[:3] and out[4:8] == gaps[4:8]
     assert out[8] == 0.5  # the data loader's gap before the embedding happens once: real host time

@@ -2,8 +2,13 @@
 
 import pyarrow as pa
 
-from emulator.launch.roles import deduplicate, expand_rank, partitions
+from emulator.capture.trace_rows import TraceRows
+from emulator.launch.roles import deduplicate
+from emulator.trace.expand import expand_rank
+from emulator.trace.partitions import partitions
 from emulator.trace.schema import TRACE_SCHEMA
+from emulator.trace.summaries import RankSummary
+from emulator.trace.workhash import work_hash
 
 
 def mesh_groups(shape: tuple[int, ...]) -> list[dict]:
@@ -27,12 +32,12 @@ def mesh_groups(shape: tuple[int, ...]) -> list[dict]:
 
 
 def fake_runner(world, groups, role_of):
-    """run_ranks stand-in: a rank's op_hash is its role; records which ranks were run."""
+    """run_ranks stand-in: a rank's work hash is its role; records which ranks were run."""
     ran = []
 
     def run(ranks):
         ran.extend(ranks)
-        return {r: {"ok": True, "op_hash": str(role_of(r)), "groups": groups} for r in ranks}
+        return {r: RankSummary(rank=r, ok=True, work_hash=str(role_of(r)), groups=groups) for r in ranks}
 
     return run, ran
 
@@ -111,7 +116,7 @@ def test_verify_reports_a_rank_whose_work_differs():
 
 def test_a_failed_rank_stops_the_search():
     def run(ranks):
-        return {r: ({"ok": False} if r == 0 else {"ok": True, "op_hash": "x", "groups": []}) for r in ranks}
+        return {r: RankSummary(rank=r, ok=r != 0, work_hash="x") for r in ranks}
 
     assert deduplicate(4, run) is None
 
@@ -153,8 +158,6 @@ def test_expand_rank_without_groups_shifts_peers():
 
 
 def test_work_hash_ignores_device_index_and_scalar_operands_only():
-    from emulator.launch.roles import work_hash
-
     def table(args, shape=(4, 4)):
         return _rows(0, [dict(kind="kernel", op="aten::add", args=args, shapes=[list(shape)], dtypes=["float32"])])
 
@@ -162,6 +165,17 @@ def test_work_hash_ignores_device_index_and_scalar_operands_only():
     assert a == work_hash(table('{"other": 2048, "device": "cuda:6"}'))
     assert a != work_hash(table('{"other": 0, "device": "cuda:2"}', shape=(4, 8)))
     assert a != work_hash(table('{"other": 0, "device": "cuda:2", "is_causal": true}'))
+
+
+def test_the_recorders_running_work_hash_is_the_finished_tables():
+    rows = TraceRows(3)
+    rows.add(kind="kernel", op="aten::mm", stream=0, iteration=0, shapes=[[8, 4], [4, 2]], dtypes=["bfloat16"] * 2,
+             args='{"device": "cuda:3", "alpha": 2}')
+    rows.add(kind="collective", op="c10d::allreduce_", stream=0, iteration=0, shapes=[[8]], dtypes=["float32"],
+             args="{}", group="7", group_ranks=[3, 7], coll_seq=0, coll_bytes=32, async_op=True)
+    rows.add(kind="event_wait", op="c10d::wait", stream=0, iteration=0, waits_for="c10d::allreduce_", group="7",
+             coll_seq=0)
+    assert rows.work_hash() == work_hash(rows.to_table())
 
 
 def test_fsdp_world_with_a_padded_last_rank_emulates_the_ends_and_one_interior_rank():

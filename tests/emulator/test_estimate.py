@@ -12,7 +12,9 @@ import pytest
 from emulator.bench.synthetic import ddp_rank
 from emulator.collate.job import collate_tables
 from emulator.core.hardware import get_gpu
-from emulator.estimate.estimate import NoPredictorError, Predictor, estimate, load_predictors
+from emulator.estimate import NoPredictorError, RooflinePredictor, estimate, load_predictors
+from emulator.estimate.registry import RegistryPredictor
+from emulator.trace.summaries import EmulationSummary
 
 H100 = get_gpu("h100")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # mlflow's advice to model authors
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # mlflow's advic
 
 def _job(world=2):
     return collate_tables({r: ddp_rank(r, world, iterations=2).table() for r in range(world)},
-                          dict(world_size=world, nnodes=1, nproc_per_node=world, gpu="h100"))
+                          EmulationSummary(world_size=world, nnodes=1, nproc_per_node=world, gpu="h100"))
 
 
 class _GemmOnly:
@@ -39,8 +41,8 @@ class _GemmOnly:
 def test_each_distinct_signature_is_predicted_once_and_coverage_is_by_time():
     job = _job()
     model = _GemmOnly()
-    k = Predictor("test kernels", model, H100)
-    c = Predictor("roofline", None, H100)
+    k = RegistryPredictor(model, "test kernels", H100)
+    c = RooflinePredictor(H100)
     est = estimate(job, H100, k, c)
     rep = job.ranks[0].rep
     n_kernels = sum(1 for i, kind in enumerate(rep.kind) if kind == "kernel" and rep.launches[i])
@@ -65,9 +67,9 @@ def test_collectives_across_nodes_follow_the_cluster_network_not_a_learned_fit_o
     from emulator.core.hardware import with_overrides
 
     tables = {r: ddp_rank(r, 16, iterations=1).table() for r in range(16)}
-    two_nodes = collate_tables(tables, dict(world_size=16, nnodes=2, nproc_per_node=8, gpu="h100"))
-    one_node = collate_tables(tables, dict(world_size=16, nnodes=1, nproc_per_node=16, gpu="h100"))
-    k, c = Predictor("roofline", None, H100), Predictor("flat learned", _FlatCollectives(), H100)
+    two_nodes = collate_tables(tables, EmulationSummary(world_size=16, nnodes=2, nproc_per_node=8, gpu="h100"))
+    one_node = collate_tables(tables, EmulationSummary(world_size=16, nnodes=1, nproc_per_node=16, gpu="h100"))
+    k, c = RooflinePredictor(H100), RegistryPredictor(_FlatCollectives(), "flat learned", H100)
     rep = two_nodes.ranks[0].rep
     comm = rep.comm_rows
     big = max(comm, key=lambda i: rep.coll_bytes[i])
@@ -76,7 +78,7 @@ def test_collectives_across_nodes_follow_the_cluster_network_not_a_learned_fit_o
     assert 0 < est.durations[0][big] < 0.5
     assert "between nodes: network model from the cluster description" in est.collectives
     slow_net = with_overrides(H100, internode_bandwidth=H100.internode_bandwidth / 2)
-    slower = estimate(two_nodes, slow_net, k, Predictor("flat learned", _FlatCollectives(), slow_net), 8)
+    slower = estimate(two_nodes, slow_net, k, RegistryPredictor(_FlatCollectives(), "flat learned", slow_net), 8)
     assert slower.durations[0][big] == pytest.approx(2 * est.durations[0][big], rel=0.1)
 
     opted_in = estimate(two_nodes, H100, k, c, 8, learned_internode=True)

@@ -42,12 +42,12 @@ def emulate(script, world, argv, out, **kw):
 def test_example_emulates(tmp_path, script, world, argv):
     out = tmp_path / "out"
     s = emulate(script, world, argv, out)
-    assert s["ok"] and s["complete"], s.get("error")
-    assert s["world_size"] == world and s["iterations_found"] == int(argv[1])
-    assert set(s["rank_map"]) == {str(r) for r in range(world)}
-    assert all(0 < s["peak_allocated_bytes"][str(r)] <= s["peak_reserved_bytes"][str(r)] for r in range(world))
+    assert s.ok and s.complete, s.error
+    assert s.world_size == world and s.iterations_found == int(argv[1])
+    assert set(s.rank_map) == {str(r) for r in range(world)}
+    assert all(0 < s.peak_allocated_bytes[str(r)] <= s.peak_reserved_bytes[str(r)] for r in range(world))
     if world == 8:
-        assert len(s["ranks_emulated"]) < 8, "rank deduplication should have saved work"
+        assert len(s.ranks_emulated) < 8, "rank deduplication should have saved work"
         from emulator.collate.job import collate
 
         job = collate(out)  # raises if any collective or p2p is unmatched after expansion
@@ -70,8 +70,8 @@ def test_oversized_batch_is_reported_as_oom(tmp_path):
     # one GPT-2 layer, 512 x 1024 tokens: the logits alone need > 80 GB
     s = emulate("gpt_single.py", 1, ["--model", "gpt2-small", "--layers", "1", "--batch-size", "512", "--steps", "1"],
                 tmp_path / "out")
-    assert s["oom"] and not s["ok"] and s["oom_ranks"] == [0]
-    assert "CUDA out of memory" in (s["oom_message"] or s["error"])
+    assert s.oom and not s.ok and s.oom_ranks == [0]
+    assert "CUDA out of memory" in (s.oom_message or s.error)
 
 
 def test_peak_memory_matches_an_analytic_count(tmp_path):
@@ -83,8 +83,8 @@ def test_peak_memory_matches_an_analytic_count(tmp_path):
     s = emulate("gpt_single.py", 1, ["--dtype", "float32", "--d-model", str(d), "--heads", "8", "--kv-heads", "8",
                                      "--layers", str(layers), "--vocab", str(vocab), "--seq-len", "8",
                                      "--batch-size", "1", "--steps", "2"], tmp_path / "out")
-    assert s["ok"], s.get("error")
-    peak, reserved = s["peak_allocated_bytes"]["0"], s["peak_reserved_bytes"]["0"]
+    assert s.ok, s.error
+    peak, reserved = s.peak_allocated_bytes["0"], s.peak_reserved_bytes["0"]
     expected = 20 * n_params
     assert abs(peak - expected) / expected < 0.05, (peak, expected)
     assert reserved >= peak

@@ -30,9 +30,9 @@ CASES = [
 def test_example_profiles_on_cpu(tmp_path, script, world, argv):
     out = tmp_path / "out"
     s = run_profile(script=str(EXAMPLES / script), module=None, argv=argv, nproc_per_node=world, out=out)
-    assert s["ok"] and s["complete"], s.get("error")
-    assert s["mode"] == "profile" and s["gpu"] == "cpu" and s["world_size"] == world
-    assert s["iterations_found"] == 2 and s["ranks_emulated"] == list(range(world))
+    assert s.ok and s.complete, s.error
+    assert s.mode == "profile" and s.gpu == "cpu" and s.world_size == world
+    assert s.iterations_found == 2 and s.ranks_emulated == list(range(world))
     for r in range(world):
         t = read_rank_trace(out, r)
         kernels = t.filter(pc.equal(t.column("kind"), "kernel"))
@@ -53,8 +53,8 @@ def test_timing_only_profile_measures_each_iteration_of_every_rank_and_records_n
     out = tmp_path / "out"
     s = run_profile(script=str(EXAMPLES / "ddp.py"), module=None, argv=["--steps", "3"], nproc_per_node=2, out=out,
                     timing_only=True)
-    assert s["ok"] and s["iterations_found"] == 3, s.get("error")
-    per_rank = s["measured_iterations_s"]
+    assert s.ok and s.iterations_found == 3, s.error
+    per_rank = s.measured_iterations_s
     assert sorted(per_rank) == ["0", "1"]
     assert all(len(v) == 3 and min(v) > 0 for v in per_rank.values())
     assert read_rank_trace(out, 0).num_rows == 0  # nothing recorded: the program ran at its own speed

@@ -96,7 +96,7 @@ def test_fast_path_records_the_same_trace(tmp_path, monkeypatch):
     assert exact.summary["fast_path"]["hits"] == 0
     cols = [c for c in exact.trace.columns if c != "host_gap_s"]
     assert exact.trace[cols].astype(str).equals(fast.trace[cols].astype(str))
-    for k in ("peak_allocated", "peak_reserved", "op_hash", "iterations", "placeholders", "unsupported_ops"):
+    for k in ("peak_allocated", "peak_reserved", "work_hash", "iterations", "placeholders", "unsupported_ops"):
         assert exact.summary[k] == fast.summary[k]
 
 

@@ -1,6 +1,5 @@
 """The launcher with a stand-in worker: scheduling, merging, failures, OOM and stale outputs (no torch)."""
 
-import json
 import sys
 import textwrap
 
@@ -57,7 +56,7 @@ FAKE_WORKER = textwrap.dedent('''
         "oom_message": "CUDA out of memory. Tried to allocate 2.00 GiB." if oom else None,
         "peak_allocated": 1000 + r, "peak_reserved": 2048 + r, "iterations": ns.iterations or 2,
         "unsupported_ops": {"aten::foo": 1} if r == 0 else {}, "placeholders": {"item_float": 2},
-        "wall_s": 0.1, "op_hash": role, "groups": groups, "n_events": 1, "torch_version": "x", "gpu": ns.gpu})
+        "wall_s": 0.1, "work_hash": role, "groups": groups, "n_events": 1, "torch_version": "x", "gpu": ns.gpu})
     print(f"rank {r} done", flush=True)
     sys.exit(1 if failed else 3 if oom else 0)
 ''')
@@ -85,56 +84,56 @@ def emulate(script, worker, out, *args, nproc=4, **kw):
 def test_no_dedup_runs_every_rank_and_merges(tmp_path, script, worker):
     out = tmp_path / "out"
     s = emulate(script, worker, out, dedup=False, jobs=2, iterations=2)
-    assert s["ok"] and s["complete"] and not s["oom"]
-    assert s["ranks_emulated"] == [0, 1, 2, 3] and emulated_ranks(out) == [0, 1, 2, 3]
-    assert s["rank_map"] == {"0": 0, "1": 1, "2": 2, "3": 3}
-    assert s["peak_allocated_bytes"] == {"0": 1000, "1": 1001, "2": 1002, "3": 1003}
-    assert s["unsupported_ops"] == {"aten::foo": 1} and s["placeholders"] == {"item_float": 2}
-    assert s["world_size"] == 4 and s["nproc_per_node"] == 4 and s["iterations_found"] == 2
-    assert read_summary(out) == json.loads(json.dumps(s))
+    assert s.ok and s.complete and not s.oom
+    assert s.ranks_emulated == [0, 1, 2, 3] and emulated_ranks(out) == [0, 1, 2, 3]
+    assert s.rank_map == {"0": 0, "1": 1, "2": 2, "3": 3}
+    assert s.peak_allocated_bytes == {"0": 1000, "1": 1001, "2": 1002, "3": 1003}
+    assert s.unsupported_ops == {"aten::foo": 1} and s.placeholders == {"item_float": 2}
+    assert s.world_size == 4 and s.nproc_per_node == 4 and s.iterations_found == 2
+    assert read_summary(out) == s
     assert (out / "logs" / "rank=3.log").read_text().strip() == "rank 3 done"
 
 
 def test_dedup_runs_only_distinct_roles(tmp_path, script, worker):
     out = tmp_path / "out"
     s = emulate(script, worker, out, "--tp", "2", "--role", "tp", nproc=4, nnodes=2)  # 8 ranks, dp=4 x tp=2
-    assert s["ok"] and s["complete"] and s["world_size"] == 8
-    assert len(s["ranks_emulated"]) < 8
+    assert s.ok and s.complete and s.world_size == 8
+    assert len(s.ranks_emulated) < 8
     for r in range(8):  # every rank maps to an emulated rank at the same tp position
-        rep = s["rank_map"][str(r)]
-        assert rep in s["ranks_emulated"] and rep % 2 == r % 2
-    assert s["peak_reserved_bytes"]["5"] == 2048 + s["rank_map"]["5"]
-    assert [p["significant"] for p in s["dedup"]["partitions"]] == [True, False]
+        rep = s.rank_map[str(r)]
+        assert rep in s.ranks_emulated and rep % 2 == r % 2
+    assert s.peak_reserved_bytes["5"] == 2048 + s.rank_map["5"]
+    assert [p["significant"] for p in s.dedup["partitions"]] == [True, False]
 
 
 def test_failing_rank_is_reported_with_its_traceback(tmp_path, script, worker, capsys):
     out = tmp_path / "out"
     s = emulate(script, worker, out, "--fail-rank", "2", dedup=False, jobs=4)
-    assert not s["ok"] and not s["complete"] and s["failed_rank"] == 2
-    assert "ValueError: bad shape" in s["error"]
+    assert not s.ok and not s.complete and s.failed_rank == 2
+    assert "ValueError: bad shape" in s.error
     err = capsys.readouterr().err
     assert "failed on rank 2" in err and "ValueError: bad shape" in err
-    assert read_summary(out)["failed_rank"] == 2
+    assert read_summary(out).failed_rank == 2
 
 
 def test_worker_that_dies_without_a_summary(tmp_path, script, worker):
     s = emulate(script, worker, tmp_path / "out", "--crash-rank", "0")
-    assert not s["ok"] and s["failed_rank"] == 0
-    assert "segfault-like death" in s["error"]
+    assert not s.ok and s.failed_rank == 0
+    assert "segfault-like death" in s.error
 
 
 def test_oom_is_reported_as_oom(tmp_path, script, worker, capsys):
     s = emulate(script, worker, tmp_path / "out", "--oom-rank", "0", nproc=2, dedup=False)
-    assert s["oom"] and not s["ok"] and s["oom_ranks"] == [0]
-    assert "CUDA out of memory" in s["oom_message"]
+    assert s.oom and not s.ok and s.oom_ranks == [0]
+    assert "CUDA out of memory" in s.oom_message
     assert "OOM" in capsys.readouterr().err
 
 
 def test_oom_with_dedup_still_maps_every_rank(tmp_path, script, worker):
     s = emulate(script, worker, tmp_path / "out", "--oom-rank", "0", nproc=4)
-    assert s["oom"] and s["oom_ranks"] == [0] and s["failed_rank"] == 0
-    assert set(s["rank_map"]) == {"0", "1", "2", "3"} and s["rank_map"]["0"] == 0
-    assert set(s["peak_reserved_bytes"]) == {"0", "1", "2", "3"}
+    assert s.oom and s.oom_ranks == [0] and s.failed_rank == 0
+    assert set(s.rank_map) == {"0", "1", "2", "3"} and s.rank_map["0"] == 0
+    assert set(s.peak_reserved_bytes) == {"0", "1", "2", "3"}
 
 
 def test_stale_outputs_of_a_previous_run_are_cleared(tmp_path, script, worker):
@@ -145,7 +144,7 @@ def test_stale_outputs_of_a_previous_run_are_cleared(tmp_path, script, worker):
     keep.write_text("mine")
     keep_log.write_text("mine too")
     s = emulate(script, worker, out, nproc=1)
-    assert emulated_ranks(out) == [0] and s["world_size"] == 1
+    assert emulated_ranks(out) == [0] and s.world_size == 1
     assert not (out / "prediction.json").exists() and not (out / "ranks" / "rank=3.json").exists()
     assert not (out / "logs" / "rank=3.log").exists()
     assert keep.read_text() == "mine" and keep_log.read_text() == "mine too"
@@ -153,6 +152,6 @@ def test_stale_outputs_of_a_previous_run_are_cleared(tmp_path, script, worker):
 
 def test_bad_input_is_a_clear_error(tmp_path, worker, capsys):
     s = emulate(str(tmp_path / "missing.py"), worker, tmp_path / "out")
-    assert not s["ok"] and "no such script" in s["error"]
+    assert not s.ok and "no such script" in s.error
     assert "no such script" in capsys.readouterr().err
     assert not (tmp_path / "out" / "emulation.json").exists()

@@ -7,8 +7,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from emulator.bench.synthetic import TraceBuilder, ddp_rank, write_job
-from emulator.cli import app
-from emulator.pipeline import predict_from_trace, simulate_command
+from emulator.cli import app, simulate_command
+from emulator.pipeline import predict_from_trace
 
 
 @pytest.fixture
@@ -20,9 +20,9 @@ def out16(tmp_path):
 def test_resimulating_on_another_gpu_changes_the_time(out16):
     h100 = predict_from_trace(out16, roofline_only=True)
     a100 = predict_from_trace(out16, gpu="a100-80gb", roofline_only=True)
-    assert h100["gpu"] == "h100" and a100["gpu"] == "a100-80gb"
-    assert a100["iteration_time_s"] > 2 * h100["iteration_time_s"]
-    assert a100["cost_per_iteration_usd"] != h100["cost_per_iteration_usd"]
+    assert h100.gpu == "h100" and a100.gpu == "a100-80gb"
+    assert a100.iteration_time_s > 2 * h100.iteration_time_s
+    assert a100.cost_per_iteration_usd != h100.cost_per_iteration_usd
 
 
 def test_cluster_file_changes_internode_collective_time(out16, tmp_path):
@@ -30,29 +30,29 @@ def test_cluster_file_changes_internode_collective_time(out16, tmp_path):
     slow.write_text("internode_bandwidth_GBps = 5\n")
     base = predict_from_trace(out16, roofline_only=True)
     slow_net = predict_from_trace(out16, cluster=slow, roofline_only=True)
-    assert slow_net["cluster"]["internode_bandwidth_GBps"] == 5
-    assert slow_net["breakdown_s"]["communication"] > 5 * base["breakdown_s"]["communication"]
-    assert slow_net["breakdown_s"]["compute"] == pytest.approx(base["breakdown_s"]["compute"])
+    assert slow_net.cluster["internode_bandwidth_GBps"] == 5
+    assert slow_net.breakdown_s["communication"] > 5 * base.breakdown_s["communication"]
+    assert slow_net.breakdown_s["compute"] == pytest.approx(base.breakdown_s["compute"])
     # the same 16 ranks on one 16-GPU node never touch the network
     one_node = tmp_path / "one.json"
     one_node.write_text(json.dumps({"nnodes": 1, "gpus_per_node": 16, "internode_bandwidth_GBps": 5}))
     inside = predict_from_trace(out16, cluster=one_node, roofline_only=True)
-    assert inside["breakdown_s"]["communication"] < base["breakdown_s"]["communication"]
+    assert inside.breakdown_s["communication"] < base.breakdown_s["communication"]
 
 
 def test_bad_cluster_file_and_layout_are_clear_errors(out16, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"internode_bandwith_GBps": 5}))
     c = Console(record=True, width=200)
-    r = simulate_command(out16, cluster=bad, roofline_only=True, console=c)
-    assert r["ok"] is False and "unknown keys ['internode_bandwith_GBps']" in c.export_text()
-    r = simulate_command(out16, nnodes=3, roofline_only=True, console=c)
-    assert r["ok"] is False and "16 ranks but --nnodes 3" in r["error"]
+    assert simulate_command(out16, cluster=bad, roofline_only=True, console=c) is None
+    assert "unknown keys ['internode_bandwith_GBps']" in c.export_text()
+    assert simulate_command(out16, nnodes=3, roofline_only=True, console=c) is None
+    assert "16 ranks but --nnodes 3" in c.export_text()
     bad.write_text(json.dumps({"internode_collectives": "fast"}))
-    r = simulate_command(out16, cluster=bad, roofline_only=True, console=c)
-    assert r["ok"] is False and "internode_collectives must be one of ['model', 'learned']" in r["error"]
+    assert simulate_command(out16, cluster=bad, roofline_only=True, console=c) is None
+    assert "internode_collectives must be one of ['model', 'learned']" in c.export_text()
     bad.write_text(json.dumps({"internode_collectives": "learned"}))
-    assert simulate_command(out16, cluster=bad, roofline_only=True, console=c)["cluster"]["internode_collectives"] \
+    assert simulate_command(out16, cluster=bad, roofline_only=True, console=c).cluster["internode_collectives"] \
         == "learned"
 
 
@@ -64,7 +64,7 @@ def test_no_predictors_tells_how_to_get_them(out16, tmp_path, monkeypatch):
     c = Console(record=True, width=200)
     r = simulate_command(out16, console=c)
     text = c.export_text()
-    assert r["ok"] is False
+    assert r is None
     assert "no predictors registered for GPU 'h100'" in text and "make calibrate GPU=h100" in text
     assert not (out16 / "prediction.json").exists()
 
@@ -109,9 +109,9 @@ def test_host_gap_scale_models_a_faster_host(tmp_path):
     fast.write_text(json.dumps({"host_gap_scale": 0.1}))
     base = predict_from_trace(out, roofline_only=True)
     quick = predict_from_trace(out, cluster=fast, roofline_only=True)
-    assert base["iteration_time_s"] == pytest.approx(11e-3, rel=0.05)  # 11 host gaps of 1 ms
-    assert quick["iteration_time_s"] == pytest.approx(base["iteration_time_s"] / 10, rel=0.2)
-    assert quick["breakdown_s"]["host"] < base["breakdown_s"]["host"] / 5
+    assert base.iteration_time_s == pytest.approx(11e-3, rel=0.05)  # 11 host gaps of 1 ms
+    assert quick.iteration_time_s == pytest.approx(base.iteration_time_s / 10, rel=0.2)
+    assert quick.breakdown_s["host"] < base.breakdown_s["host"] / 5
 
 
 def test_host_gaps_scale_by_the_measured_host_speed_of_the_target_nodes(tmp_path, monkeypatch):
@@ -124,22 +124,22 @@ def test_host_gaps_scale_by_the_measured_host_speed_of_the_target_nodes(tmp_path
     here = {"workload": WORKLOAD, "s_per_op": 20e-6}
     out = write_job(tmp_path / "out", _host_bound_tables(), host_speed=here)
     unmeasured = predict_from_trace(out, roofline_only=True)
-    assert unmeasured["host_speed"]["scale"] == 1.0 and "no host-speed measurement of any GPU node" in \
-        unmeasured["host_speed"]["source"]
+    assert unmeasured.host_speed["scale"] == 1.0 and "no host-speed measurement of any GPU node" in \
+        unmeasured.host_speed["source"]
     inventory = tmp_path / "wh" / "hardware" / "gpu=h100" / "run1.json"
     inventory.parent.mkdir(parents=True)
     inventory.write_text(json.dumps({"gpu": "h100", "cpu": {"model": "Xeon", "host_speed": {
         "workload": WORKLOAD, "s_per_op": 5e-6}}}))
     measured = predict_from_trace(out, roofline_only=True)
-    assert measured["host_speed"]["scale"] == pytest.approx(0.25)
-    assert measured["host_speed"]["source"].startswith("measured: Xeon of the h100 node")
-    assert measured["breakdown_s"]["host"] == pytest.approx(unmeasured["breakdown_s"]["host"] / 4, rel=0.05)
+    assert measured.host_speed["scale"] == pytest.approx(0.25)
+    assert measured.host_speed["source"].startswith("measured: Xeon of the h100 node")
+    assert measured.breakdown_s["host"] == pytest.approx(unmeasured.breakdown_s["host"] / 4, rel=0.05)
     # a cluster file's explicit scale still wins; another workload version is not compared
     explicit = tmp_path / "c.json"
     explicit.write_text(json.dumps({"host_gap_scale": 0.5}))
-    assert predict_from_trace(out, cluster=explicit, roofline_only=True)["host_speed"]["scale"] == 0.5
+    assert predict_from_trace(out, cluster=explicit, roofline_only=True).host_speed["scale"] == 0.5
     inventory.write_text(json.dumps({"gpu": "h100", "cpu": {"host_speed": {"workload": "old", "s_per_op": 5e-6}}}))
-    assert predict_from_trace(out, roofline_only=True)["host_speed"]["scale"] == 1.0
+    assert predict_from_trace(out, roofline_only=True).host_speed["scale"] == 1.0
 
 
 def test_host_speed_workload_measures_this_cpu():
@@ -152,7 +152,8 @@ def test_host_speed_workload_measures_this_cpu():
 
 def test_committed_inventory_of_a_gpu_node_gives_its_host_speed(tmp_path, monkeypatch):
     """A fresh clone scales host gaps for h200 by the node inventory committed under warehouse/reference."""
-    from emulator.core.hostspeed import WORKLOAD, host_gap_scale
+    from emulator.core.hostspeed import WORKLOAD
+    from emulator.hosttime import host_gap_scale
 
     monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "empty"))
     got = host_gap_scale({"workload": WORKLOAD, "s_per_op": 2 * 12.9e-6}, "h200")
@@ -164,7 +165,8 @@ def test_a_target_whose_nodes_were_never_measured_takes_another_gpu_nodes_host_a
         tmp_path, monkeypatch):
     """No a100 node was measured: the newest measured GPU node (the committed h200 one, unless the
     warehouse has its own) stands in, and prediction.json says it is a proxy and for what."""
-    from emulator.core.hostspeed import WORKLOAD, host_gap_scale
+    from emulator.core.hostspeed import WORKLOAD
+    from emulator.hosttime import host_gap_scale
 
     monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "wh"))
     here = {"workload": WORKLOAD, "s_per_op": 2 * 12.9e-6}

@@ -5,7 +5,8 @@ import json
 from rich.console import Console
 
 from emulator.bench.synthetic import ddp_rank, write_job
-from emulator.pipeline import predict_from_trace, simulate_command
+from emulator.cli import simulate_command
+from emulator.pipeline import predict_from_trace
 from emulator.report.prediction import CONTRACT_KEYS
 
 
@@ -22,14 +23,14 @@ def test_prediction_json_has_every_contract_key_with_sane_values(tmp_path):
     assert set(on_disk["breakdown_s"]) == {"compute", "communication", "exposed_communication", "host", "idle"}
     assert set(on_disk["estimator"]["coverage"]) == {"learned", "fallback"}
     assert on_disk["estimator"]["coverage"]["fallback"] == 1.0
-    assert pred["iteration_time_s"] > 0 and 0 < pred["mfu"] < 1
-    assert len(pred["peak_memory_bytes_per_rank"]) == 4 and pred["oom"] is False
+    assert pred.iteration_time_s > 0 and 0 < pred.mfu < 1
+    assert len(pred.peak_memory_bytes_per_rank) == 4 and pred.oom is False
     # 8 sequences x 1024 ids per rank fed to the embedding, 4 ranks
-    assert pred["tokens_per_iteration"] == 4 * 8192
-    assert pred["tokens_per_s"] == pred["tokens_per_iteration"] / pred["iteration_time_s"]
-    assert pred["cost_per_iteration_usd"] == pred["iteration_time_s"] * 4 * 3.0 / 3600
+    assert pred.tokens_per_iteration == 4 * 8192
+    assert pred.tokens_per_s == pred.tokens_per_iteration / pred.iteration_time_s
+    assert pred.cost_per_iteration_usd == pred.iteration_time_s * 4 * 3.0 / 3600
     flag = predict_from_trace(out, roofline_only=True, tokens_per_iteration=1000, price_per_gpu_hour=1.0)
-    assert flag["tokens_per_iteration"] == 1000 and flag["price_per_gpu_hour"] == 1.0
+    assert flag.tokens_per_iteration == 1000 and flag.price_per_gpu_hour == 1.0
 
 
 def test_timeline_has_a_process_per_rank_a_thread_per_stream_and_flows(tmp_path):
@@ -54,7 +55,7 @@ def test_oom_is_said_first(tmp_path):
     c = Console(record=True, width=120)
     pred = simulate_command(out, roofline_only=True, console=c)
     text = c.export_text()
-    assert pred["oom"] is True and pred["oom_ranks"] == [2]
+    assert pred.oom is True and pred.oom_ranks == [2]
     first = next(line for line in text.splitlines() if line.strip())
     assert "OUT OF MEMORY" in text.split("maya prediction")[0] and "rank(s) [2]" in text
     assert "maya" in first or "OUT OF MEMORY" in first
@@ -64,6 +65,6 @@ def test_retargeting_to_a_smaller_gpu_reports_oom(tmp_path):
     gib = 2**30
     out = _out(tmp_path, peak_allocated_bytes={str(r): 28 * gib for r in range(4)},
                peak_reserved_bytes={str(r): 30 * gib for r in range(4)})
-    assert predict_from_trace(out, roofline_only=True)["oom"] is False
+    assert predict_from_trace(out, roofline_only=True).oom is False
     small = predict_from_trace(out, gpu="l4", roofline_only=True)
-    assert small["oom"] is True and "exceeds the target's" in small["oom_reason"]
+    assert small.oom is True and "exceeds the target's" in small.oom_reason

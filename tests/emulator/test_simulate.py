@@ -6,19 +6,20 @@ import pytest
 from emulator.bench.synthetic import TraceBuilder, ddp_rank, parallel3d_job
 from emulator.collate.job import collate_tables
 from emulator.core.hardware import get_gpu
-from emulator.estimate.estimate import estimate, load_predictors
+from emulator.estimate import estimate, load_predictors
 from emulator.simulate import simulate
 from emulator.simulate.analysis import timing
+from emulator.trace.summaries import EmulationSummary
 
 H100 = get_gpu("h100")
 
 
 def _summary(world, nnodes=1):
-    return dict(world_size=world, nnodes=nnodes, nproc_per_node=world // nnodes, gpu="h100")
+    return EmulationSummary(world_size=world, nnodes=nnodes, nproc_per_node=world // nnodes, gpu="h100")
 
 
 def _run(job, spec=H100):
-    k, c = load_predictors(spec, roofline_only=True)
+    k, c = load_predictors(spec, "roofline")
     est = estimate(job, spec, k, c)
     res = simulate(job, est.durations)
     assert res.hang is None
@@ -108,7 +109,7 @@ def test_1024_rank_3d_parallel_iteration_simulates_quickly():
     res, t = _run(job)  # 1,024 ranks: one simulated representative per pipeline stage
     assert len(res.end) == 1024 and t.iteration_time_s > 0
     assert res.wall_s < 5
-    full = simulate(job, estimate(job, H100, *load_predictors(H100, roofline_only=True)).durations, classes=False)
+    full = simulate(job, estimate(job, H100, *load_predictors(H100, "roofline")).durations, classes=False)
     assert full.wall_s < 30
     assert all(np.array_equal(full.end[r], res.end[r]) for r in range(0, 1024, 37))
 
@@ -117,7 +118,7 @@ def test_a_blocking_device_to_host_copy_stalls_the_host_and_a_non_blocking_one_d
     for non_blocking in (False, True):
         b = TraceBuilder(0)
         b.kernel("aten::mm", [[8192, 8192], [8192, 8192]], ["bfloat16"] * 2)
-        b._row("memcpy", "memcpy::d2h", 0, bytes=4.0, args={"non_blocking": non_blocking} if non_blocking else {})
+        b._row("memcpy", "memcpy::d2h", 0, bytes=4.0, blocking=not non_blocking)
         b.kernel("aten::add", [[16, 16], [16, 16]], ["bfloat16"] * 2, stream=1)
         job = collate_tables({0: b.table()}, _summary(1))
         res, _ = _run(job)
@@ -171,7 +172,7 @@ def test_simulating_classes_of_identical_ranks_gives_every_rank_exact_times():
 
     job = parallel3d_job(tp=2, pp=2, dp=4, gpus_per_node=4, layers_per_stage=1, microbatches=2, hidden=512,
                          tokens=512, iterations=2)
-    k, c = load_predictors(H100, roofline_only=True)
+    k, c = load_predictors(H100, "roofline")
     durations = estimate(job, H100, k, c).durations
     slow = [d.copy() for d in durations]
     slow[5] = slow[5] * 1.5  # a straggler: rank 5 no longer behaves like its class
@@ -191,7 +192,7 @@ def test_on_a_cpu_target_host_work_and_kernels_add_up_instead_of_overlapping():
     for _ in range(4):
         b.mm(512, 512, 512, dtype="float32")
     job = collate_tables({0: b.table()}, _summary(1))
-    k, c = load_predictors(get_gpu("cpu"), roofline_only=True)
+    k, c = load_predictors(get_gpu("cpu"), "roofline")
     est = estimate(job, get_gpu("cpu"), k, c)
     kernel = float(est.durations[0][0])
     gpu_like = simulate(job, est.durations)

@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+
+from emulator.trace.io import read_rank_trace
 
 pytest.importorskip("torchtitan")
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,5 +31,5 @@ def test_torchtitan_llama3_debug_model_two_iterations(tmp_path):
     summary = json.loads((out / "emulation.json").read_text())
     assert proc.returncode == 0 and summary["ok"], proc.stdout[-2000:] + proc.stderr[-2000:]
     assert summary["iterations_found"] == 2
-    trace = pq.read_table(out / "trace" / "rank=0" / "part-0.parquet").to_pandas()
+    trace = read_rank_trace(out, 0).to_pandas()
     assert {"aten::flex_attention", "aten::flex_attention_backward"} <= set(trace.op)

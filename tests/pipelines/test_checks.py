@@ -5,8 +5,9 @@ import pandas as pd
 import pyarrow as pa
 
 from maya_models.warehouse import write_measurements
-from pipelines import checks
-from pipelines.assets import warehouse
+from pipelines.calibration import checks
+from pipelines.calibration.assets import warehouse
+from pipelines.calibration.checks import WAREHOUSE_CHECKS
 from pipelines.resources import WarehouseResource
 
 
@@ -22,7 +23,7 @@ def test_corrupt_parquet_is_named_by_the_check(wh):
                               run_id="r2")
     bad = good.with_name("r3-00000.parquet")
     bad.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])  # a truncated copy
-    result = dg.materialize([warehouse], partition_key="cpu", raise_on_error=False,
+    result = dg.materialize([warehouse, *WAREHOUSE_CHECKS], partition_key="cpu", raise_on_error=False,
                             resources={"warehouse_store": WarehouseResource(root=str(wh))})
     evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert not evals["parquet_integrity"].passed

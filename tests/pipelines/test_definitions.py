@@ -47,7 +47,7 @@ def test_sensor_requests_uncovered_trace_shapes_then_stays_quiet(trace_dir, wh, 
     # once those shapes are measured, a fresh look at the folder finds nothing to do (the flash op
     # cannot run on a CPU: its failed row does not count as covered, so measure only the others)
     kernels.run("cpu", run_id="sensor-test", root=wh, budget_s=60, traces=[trace_dir], sweep=False)
-    from pipelines.automation import uncovered_signatures
+    from pipelines.calibration.automation import uncovered_signatures
 
     left = uncovered_signatures(trace_dir, "cpu")
     assert len(left) == 1  # the CUDA-only flash attention signature

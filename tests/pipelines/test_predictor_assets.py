@@ -7,7 +7,7 @@ train/publish functions are replaced by recorders so the wiring is checked in a 
 import dagster as dg
 
 import maya_models.train as train
-from pipelines.assets import PREDICTOR_ASSETS
+from pipelines.predictors.assets import PREDICTOR_ASSETS
 from pipelines.resources import WarehouseResource
 
 

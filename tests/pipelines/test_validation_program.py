@@ -72,7 +72,7 @@ def test_half_params_moves_half_precision_bytes_like_megatron(tmp_path):
                       argv=["--layers", "2", "--hidden", str(hidden), "--heads", "4", "--seq", str(seq), "--vocab",
                             "128", "--tp", "2", "--micro-batch", str(micro), "--dtype", "fp16", "--half-params",
                             "--attention", "eager", "--steps", "3"])
-    assert s["ok"], s.get("error")
+    assert s.ok, s.error
     t = read_rank_trace(tmp_path, 0).to_pandas()
     t = t[t.iteration == 0]
     gemms = t[t.op.isin(["aten::mm", "aten::addmm", "aten::bmm"]) & (t.phase == "forward")]

@@ -11,6 +11,7 @@ from emulator.core.hardware import get_gpu
 from emulator.core.roofline import collective_time, kernel_time
 from emulator.trace.io import write_rank_trace, write_summary
 from emulator.trace.schema import TRACE_SCHEMA
+from emulator.trace.summaries import EmulationSummary
 from pipelines.validation import baselines, report
 from pipelines.validation.metrics import meets, rel_error, summarize
 from pipelines.validation.runner import measured_iteration_s
@@ -81,7 +82,7 @@ def test_serial_roofline_sums_the_slowest_rank_of_a_steady_iteration(tmp_path):
         rows += [_base(rank, 9, 0, "kernel", "aten::view"), _base(rank, 10, 0, "collective", "c10d::allreduce_", **ar),
                  _base(rank, 11, 0, "marker", "step")]
         write_rank_trace(tmp_path, rank, _trace(rows))
-    write_summary(tmp_path, {"gpu": "h100", "nproc_per_node": 2, "world_size": 2})
+    write_summary(tmp_path, EmulationSummary.from_json({"gpu": "h100", "nproc_per_node": 2, "world_size": 2}))
     expected = 2 * kernel_time(gemm["flops"], gemm["bytes"], "bfloat16", "gemm", spec) + \
         collective_time("all_reduce", ar["coll_bytes"], 2, 1, 2, spec)
     assert baselines.serial_roofline_s(tmp_path) == pytest.approx(expected)
@@ -96,7 +97,7 @@ def test_measured_iteration_time_from_a_profile_trace(tmp_path):
             rows += [_base(rank, 2 * it + 2, it, "kernel", "aten::mm", host_gap_s=gap * scale, duration_s=dur * scale),
                      _base(rank, 2 * it + 3, it, "kernel", "aten::add", host_gap_s=0.0, duration_s=0.0)]
         write_rank_trace(tmp_path, rank, _trace(rows))
-    write_summary(tmp_path, {"gpu": "cpu", "world_size": 2, "iterations_found": 3})
+    write_summary(tmp_path, EmulationSummary.from_json({"gpu": "cpu", "world_size": 2, "iterations_found": 3}))
     assert measured_iteration_s(tmp_path) == pytest.approx((0.15 + 0.3) / 2)
 
 
@@ -133,6 +134,6 @@ def test_device_time_diagnostic_is_scored_separately():
 
 def test_measured_iteration_time_from_a_timing_only_profile(tmp_path):
     # per rank wall time of each iteration; the slowest rank sets each iteration, the first one is warm-up
-    write_summary(tmp_path, {"gpu": "cpu", "world_size": 2, "iterations_found": 3,
-                             "measured_iterations_s": {"0": [1.0, 0.2, 0.3], "1": [1.1, 0.25, 0.2]}})
+    write_summary(tmp_path, EmulationSummary.from_json({"gpu": "cpu", "world_size": 2, "iterations_found": 3,
+                             "measured_iterations_s": {"0": [1.0, 0.2, 0.3], "1": [1.1, 0.25, 0.2]}}))
     assert measured_iteration_s(tmp_path) == pytest.approx((0.25 + 0.3) / 2)

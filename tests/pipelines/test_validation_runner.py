@@ -18,6 +18,7 @@ FAKE_CLI = textwrap.dedent("""
     import pyarrow as pa
     from emulator.trace.io import write_rank_trace, write_summary, write_json
     from emulator.trace.schema import TRACE_SCHEMA
+    from emulator.trace.summaries import EmulationSummary
     calls = Path(sys.argv[1]); calls.write_text(calls.read_text() + sys.argv[2] + "\\n")
     cmd, args = sys.argv[2], sys.argv[3:]
     if cmd == "emulate":
@@ -26,7 +27,7 @@ FAKE_CLI = textwrap.dedent("""
                      dtypes=["bfloat16", "bfloat16"], flops=2e12, bytes=1e6) for i, it in enumerate((-1, 0))]
         table = pa.table({f.name: [r.get(f.name) for r in rows] for f in TRACE_SCHEMA}, schema=TRACE_SCHEMA)
         write_rank_trace(out, 0, table)
-        write_summary(out, {"ok": True, "gpu": "h100", "world_size": 1, "nproc_per_node": 1, "nnodes": 1})
+        write_summary(out, EmulationSummary(ok=True, gpu="h100", world_size=1, nproc_per_node=1, nnodes=1))
     elif cmd == "simulate" and os.environ.get("FAKE_HANG"):
         write_json(Path(args[0]) / "prediction.json", {"iteration_time_s": None, "hang": {"issues": ["all_reduce #0"]}})
     elif cmd == "simulate":

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from emulator.trace.io import read_rank_trace
 
 ROOT = Path(__file__).resolve().parents[3]
 PROGRAMS = Path(__file__).resolve().parent
@@ -34,8 +34,8 @@ class WorkerRun:
 
 
 def _cmd(program: str, out: Path, rank: int, world: int, gpu: str, extra: list[str], args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "emulator.launch.worker", "--gpu", gpu, "--rank", str(rank), "--world-size", str(world),
-            "--out", str(out), *extra, "--script", str(PROGRAMS / program), "--", *args]
+    return [sys.executable, "-m", "emulator.launch.worker", "--gpu", gpu, "--rank", str(rank),
+            "--world-size", str(world), "--out", str(out), *extra, "--script", str(PROGRAMS / program), "--", *args]
 
 
 def _env() -> dict:
@@ -48,7 +48,7 @@ def _env() -> dict:
 
 def read(out: Path, rank: int, proc) -> WorkerRun:
     summary = json.loads((out / "ranks" / f"rank={rank}.json").read_text())
-    trace = pq.read_table(out / "trace" / f"rank={rank}" / "part-0.parquet").to_pandas()
+    trace = read_rank_trace(out, rank).to_pandas()
     return WorkerRun(proc.returncode, proc.stdout, proc.stderr, summary, trace)
 
 
@@ -69,7 +69,7 @@ def run_ranks(program: str, out: Path, *args: str, world: int = 2, gpu: str = "h
         p.stdout_text, p.stderr_text = p.communicate(timeout=timeout)
         runs.append(WorkerRun(p.returncode, p.stdout_text, p.stderr_text,
                               json.loads((out / "ranks" / f"rank={r}.json").read_text()),
-                              pq.read_table(out / "trace" / f"rank={r}" / "part-0.parquet").to_pandas()))
+                              read_rank_trace(out, r).to_pandas()))
     return runs
 
 

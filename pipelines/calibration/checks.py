@@ -1,7 +1,9 @@
-"""Quality checks on one GPU partition of the warehouse (run as Dagster asset checks).
+"""Quality checks on one GPU partition of the warehouse, as Dagster asset checks on `warehouse`.
 
-Each check is a plain function over the partition's rows returning (passed, description, metadata),
-so tests and the CLI can call them without Dagster. What they guard against:
+Each check is a plain function over the partition's rows returning a `CheckOutcome`, so tests and
+the CLI can call them without Dagster, and an `@asset_check` beside it that runs it on the
+partition. The integrity checks block: the predictors downstream do not train on a partition
+that fails one. What they guard against:
 - positive_times: a zero or negative median means a broken timer or an op that did not run.
 - no_duplicate_signatures: a resumed run must not measure a chunk twice.
 - noise: a large (p90 - p10) / median says the device was shared or throttling while timing.
@@ -10,12 +12,16 @@ so tests and the CLI can call them without Dagster. What they guard against:
 - parquet_integrity: a truncated or corrupt file is named so it can be deleted and re-measured.
 """
 
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dagster as dg
 import pandas as pd
+
+from pipelines.calibration.assets import warehouse
+from pipelines.metadata import to_metadata
+from pipelines.resources import GPU_PARTITIONS, WarehouseResource
 
 # families a training step needs measured on every device (memcpy/p2p are GPU-node specific)
 REQUIRED_FAMILIES = ("gemm", "attention_fwd", "attention_bwd", "elementwise", "norm", "softmax_loss", "embedding",
@@ -96,10 +102,62 @@ def parquet_integrity(corrupt: list[tuple[Path, str]]) -> CheckOutcome:
                         metadata={"corrupt_files": files})
 
 
-def run_all(df: pd.DataFrame, gpu: str, corrupt: list[tuple[Path, str]]) -> list[CheckOutcome]:
-    return [positive_times(df), no_duplicate_signatures(df), noise(df, gpu), clock_stability(df),
-            family_coverage(df, gpu), parquet_integrity(corrupt)]
+# -- the Dagster face ------------------------------------------------------------------------------
+_SEVERITY = {"ERROR": dg.AssetCheckSeverity.ERROR, "WARN": dg.AssetCheckSeverity.WARN}
 
 
-CHECK_NAMES = ("positive_times", "no_duplicate_signatures", "noise", "clock_stability", "family_coverage",
-               "parquet_integrity")
+def _result(outcome: CheckOutcome) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=outcome.passed, severity=_SEVERITY[outcome.severity],
+                               description=outcome.description, metadata=to_metadata(outcome.metadata))
+
+
+def _rows(context: dg.AssetCheckExecutionContext, store: WarehouseResource) -> pd.DataFrame:
+    from maya_models.warehouse import read_measurements
+
+    return read_measurements(gpu=context.partition_key, status=None, root=store.path(), skip_corrupt=True)
+
+
+def _check(name: str, blocking: bool, description: str):
+    return dg.asset_check(asset=warehouse, name=name, partitions_def=GPU_PARTITIONS, blocking=blocking,
+                          description=description)
+
+
+@_check("parquet_integrity", True, "every measurement file reads in full")
+def parquet_integrity_check(context: dg.AssetCheckExecutionContext,
+                            warehouse_store: WarehouseResource) -> dg.AssetCheckResult:
+    from maya_models.warehouse import scan_corrupt
+
+    return _result(parquet_integrity(scan_corrupt(warehouse_store.path())))
+
+
+@_check("positive_times", True, "every ok row has a positive duration")
+def positive_times_check(context: dg.AssetCheckExecutionContext,
+                         warehouse_store: WarehouseResource) -> dg.AssetCheckResult:
+    return _result(positive_times(_rows(context, warehouse_store)))
+
+
+@_check("no_duplicate_signatures", True, "a run measures each signature once")
+def no_duplicate_signatures_check(context: dg.AssetCheckExecutionContext,
+                                  warehouse_store: WarehouseResource) -> dg.AssetCheckResult:
+    return _result(no_duplicate_signatures(_rows(context, warehouse_store)))
+
+
+@_check("noise", False, "the repeats of a run agree")
+def noise_check(context: dg.AssetCheckExecutionContext, warehouse_store: WarehouseResource) -> dg.AssetCheckResult:
+    return _result(noise(_rows(context, warehouse_store), context.partition_key))
+
+
+@_check("clock_stability", False, "the SM clock held while timing")
+def clock_stability_check(context: dg.AssetCheckExecutionContext,
+                          warehouse_store: WarehouseResource) -> dg.AssetCheckResult:
+    return _result(clock_stability(_rows(context, warehouse_store)))
+
+
+@_check("family_coverage", False, "every op family a training step needs is measured")
+def family_coverage_check(context: dg.AssetCheckExecutionContext,
+                          warehouse_store: WarehouseResource) -> dg.AssetCheckResult:
+    return _result(family_coverage(_rows(context, warehouse_store), context.partition_key))
+
+
+WAREHOUSE_CHECKS = [parquet_integrity_check, positive_times_check, no_duplicate_signatures_check, noise_check,
+                    clock_stability_check, family_coverage_check]

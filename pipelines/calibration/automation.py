@@ -15,10 +15,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.assets import ALL_ASSETS, kernel_benchmarks, kernel_predictor, published_predictors, warehouse
+from pipelines.calibration.assets import CALIBRATION_ASSETS, kernel_benchmarks, warehouse
+from pipelines.predictors.assets import PREDICTOR_ASSETS, kernel_predictor, published_predictors
 from pipelines.resources import GPU_PARTITIONS
 
-calibration_job = dg.define_asset_job("calibration", selection=ALL_ASSETS,
+calibration_job = dg.define_asset_job("calibration", selection=CALIBRATION_ASSETS + PREDICTOR_ASSETS,
                                       description="the whole chain for one GPU partition")
 trace_shapes_job = dg.define_asset_job(
     "calibrate_trace_shapes", selection=[kernel_benchmarks, warehouse, kernel_predictor, published_predictors],

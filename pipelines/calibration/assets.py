@@ -1,21 +1,17 @@
-"""The calibration chain as Dagster assets, one partition per GPU type.
+"""Calibration assets, one partition per GPU type: measure the device, gather the public data, build the views.
 
     hardware ─┬─ kernel_benchmarks ─────┐
-              └─ collective_benchmarks ─┼─ warehouse ─┬─ kernel_predictor ─────┐
-    reference_measurements ─────────────┘             └─ collective_predictor ─┴─ published_predictors
+              └─ collective_benchmarks ─┼─ warehouse  (checks: pipelines.calibration.checks)
+    reference_measurements ─────────────┘
 
-`warehouse` builds the DuckDB views and carries the asset checks.
-
-Benchmarks run the runners in subprocesses (`pipelines.launch`) and return their summaries as
-metadata. Training and publishing call maya_models (engineer D's code); they end the chain.
+Benchmarks run the bare-node runners in subprocesses (`pipelines.launch`) and return their
+summaries as metadata.
 """
-
-
-import json
 
 import dagster as dg
 
 from pipelines import launch
+from pipelines.metadata import to_metadata
 from pipelines.resources import (
     DEFAULT_COLLECTIVE_BUDGET_S,
     DEFAULT_KERNEL_BUDGET_S,
@@ -27,14 +23,6 @@ from pipelines.resources import (
 )
 
 GROUP = "calibration"
-
-
-def _meta(summary: dict) -> dict:
-    """Runner summary → Dagster metadata (scalars as is, the rest as JSON)."""
-    out = {}
-    for k, v in summary.items():
-        out[k] = v if isinstance(v, bool | int | float | str) else dg.MetadataValue.json(v)
-    return out
 
 
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"python"})
@@ -71,7 +59,7 @@ def kernel_benchmarks(context: dg.AssetExecutionContext, config: KernelBenchConf
     if config.threads:
         args += ["--threads", str(config.threads)]
     s = launch.run_runner("kernels", args, timeout_s=b * 2 + 300, log=context.log.info)
-    return dg.MaterializeResult(metadata=_meta(s))
+    return dg.MaterializeResult(metadata=to_metadata(s))
 
 
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[hardware], kinds={"pytorch"})
@@ -90,7 +78,7 @@ def collective_benchmarks(context: dg.AssetExecutionContext, config: CollectiveB
     if config.max_bytes:
         args += ["--max-bytes", str(config.max_bytes)]
     s = launch.run_runner("collectives", args, timeout_s=b * 3 + 300, log=context.log.info)
-    return dg.MaterializeResult(metadata=_meta(s))
+    return dg.MaterializeResult(metadata=to_metadata(s))
 
 
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"parquet"})
@@ -109,21 +97,14 @@ def reference_measurements(context: dg.AssetExecutionContext,
                                           "partitions": dg.MetadataValue.json(res["partitions"])})
 
 
-def _check_specs():
-    from pipelines.checks import CHECK_NAMES
-
-    return [dg.AssetCheckSpec(name, asset="warehouse") for name in CHECK_NAMES]
-
-
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"duckdb"},
-          deps=[kernel_benchmarks, collective_benchmarks, reference_measurements], check_specs=_check_specs())
+          deps=[kernel_benchmarks, collective_benchmarks, reference_measurements])
 def warehouse(context: dg.AssetExecutionContext, warehouse_store: WarehouseResource) -> dg.MaterializeResult:
-    """DuckDB views over the Parquet measurements, plus the quality checks of this GPU's rows.
+    """DuckDB views over the Parquet measurements (the quality checks are `pipelines.calibration.checks`).
 
     Finishing this step also closes the calibration run: the next one gets a new run id.
     """
-    from maya_models.warehouse import connect, read_measurements, scan_corrupt
-    from pipelines import checks
+    from maya_models.warehouse import connect, scan_corrupt
 
     gpu = context.partition_key
     root = warehouse_store.path()
@@ -138,59 +119,13 @@ def warehouse(context: dg.AssetExecutionContext, warehouse_store: WarehouseResou
                                  "GROUP BY ALL ORDER BY ALL", [gpu]).fetchall()
         finally:
             con.close()
-    df = read_measurements(gpu=gpu, status=None, root=root, skip_corrupt=True)
-    outcomes = checks.run_all(df, gpu, corrupt)
     run_id = launch.pending_run_id(root, gpu)
     if run_id:
         launch.finish_run(root, gpu, run_id)
-    sev = {"ERROR": dg.AssetCheckSeverity.ERROR, "WARN": dg.AssetCheckSeverity.WARN}
     return dg.MaterializeResult(
-        metadata={"rows": len(df), "run_id_closed": run_id or "", "duckdb": str(root / "maya.duckdb"), "views": views,
-                  "counts": dg.MetadataValue.json([list(map(str, c)) for c in counts])},
-        check_results=[dg.AssetCheckResult(check_name=o.name, passed=o.passed, severity=sev[o.severity],
-                                           description=o.description, metadata=_meta(o.metadata))
-                       for o in outcomes])
+        metadata={"rows": sum(int(c[3]) for c in counts), "run_id_closed": run_id or "",
+                  "duckdb": str(root / "maya.duckdb"), "views": views,
+                  "counts": dg.MetadataValue.json([list(map(str, c)) for c in counts])})
 
 
-def _model_meta(res: dict) -> dict:
-    """maya_models' result dict → metadata: the fitted predictor object stays out, the rest as JSON."""
-    clean = json.loads(json.dumps({k: v for k, v in res.items() if k != "predictor"}, default=str))
-    return _meta(clean)
-
-
-@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[warehouse], kinds={"xgboost", "mlflow"})
-def kernel_predictor(context: dg.AssetExecutionContext, warehouse_store: WarehouseResource) -> dg.MaterializeResult:
-    """Train the kernel predictor for this GPU, evaluate it on held-out shapes, register an MLflow version."""
-    from maya_models.train import train_kernel_predictor
-
-    return dg.MaterializeResult(metadata=_model_meta(
-        train_kernel_predictor(context.partition_key, root=warehouse_store.path())))
-
-
-@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[warehouse], kinds={"xgboost", "mlflow"})
-def collective_predictor(context: dg.AssetExecutionContext,
-                         warehouse_store: WarehouseResource) -> dg.MaterializeResult:
-    """Train the collective predictor for this GPU and register an MLflow version."""
-    from maya_models.train import train_collective_predictor
-
-    return dg.MaterializeResult(metadata=_model_meta(
-        train_collective_predictor(context.partition_key, root=warehouse_store.path())))
-
-
-@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[kernel_predictor, collective_predictor],
-          kinds={"mlflow"})
-def published_predictors(context: dg.AssetExecutionContext,
-                         warehouse_store: WarehouseResource) -> dg.MaterializeResult:
-    """Move each `champion` alias to the newest version only where it beats the current champion."""
-    from maya_models.train import publish
-
-    gpu, root = context.partition_key, warehouse_store.path()
-    out = {kind: publish(gpu, kind=kind, root=root) for kind in ("kernels", "collectives")}
-    meta = {f"{kind}_promoted": bool(r.get("promoted")) for kind, r in out.items()}
-    meta.update({f"{kind}_champion": str(r.get("champion")) for kind, r in out.items()})
-    return dg.MaterializeResult(metadata={**meta, **_model_meta({"gate": out})})
-
-
-BENCHMARK_ASSETS = [hardware, kernel_benchmarks, collective_benchmarks, reference_measurements, warehouse]
-PREDICTOR_ASSETS = [kernel_predictor, collective_predictor, published_predictors]
-ALL_ASSETS = BENCHMARK_ASSETS + PREDICTOR_ASSETS
+CALIBRATION_ASSETS = [hardware, kernel_benchmarks, collective_benchmarks, reference_measurements, warehouse]

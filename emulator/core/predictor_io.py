@@ -1,0 +1,49 @@
+"""The predictor contract: which columns a predictor reads from trace rows and what it returns.
+
+Predictors (the learned ones in the MLflow registry, `maya_models.pyfunc`, and the analytical
+fallback, `emulator.estimate.roofline`) take a pandas frame of trace rows and return one
+duration per row. One list of columns, here, for the emulator that builds the frames and for
+the models that read them.
+
+Input: `kind, op, shapes, dtypes, strides, args, out_shapes, out_dtypes` (list columns as JSON
+strings: MLflow signatures cannot express ragged nested lists), `flops, bytes`, and for
+collective/p2p rows `collective, coll_bytes, group_size, nnodes, gpus_per_node`.
+Output: `duration_s` (seconds, > 0) and `source` (`learned` | `fallback`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pyarrow as pa
+
+STRING_COLUMNS = ("kind", "op", "shapes", "dtypes", "strides", "args", "out_shapes", "out_dtypes")
+NUMERIC_COLUMNS = ("flops", "bytes")
+SIGNATURE_COLUMNS = (*STRING_COLUMNS, *NUMERIC_COLUMNS)
+JSON_COLUMNS = ("shapes", "dtypes", "strides", "out_shapes", "out_dtypes")
+COMM_STRING_COLUMNS = ("collective",)
+COMM_NUMERIC_COLUMNS = ("coll_bytes", "group_size", "nnodes", "gpus_per_node")
+COMM_COLUMNS = (*COMM_STRING_COLUMNS, *COMM_NUMERIC_COLUMNS)
+OUTPUT_COLUMNS = ("duration_s", "source")
+LEARNED, FALLBACK = "learned", "fallback"
+
+
+def _json(v) -> str:
+    return json.dumps(v, separators=(",", ":")) if v is not None else "[]"
+
+
+def signature_frame(table: pa.Table, rows: list[int]) -> pd.DataFrame:
+    """Trace rows `rows` of a pyarrow table as a predictor's input frame (list columns as JSON)."""
+    sub = table.take(pa.array(rows, type=pa.int64()))
+    data = {}
+    for c in SIGNATURE_COLUMNS:
+        vals = sub.column(c).to_pylist() if c in sub.column_names else [None] * len(rows)
+        if c in JSON_COLUMNS:
+            vals = [_json(v) for v in vals]
+        elif c == "args":
+            vals = [v if v else "{}" for v in vals]
+        elif c in NUMERIC_COLUMNS:
+            vals = [float(v) if v is not None else 0.0 for v in vals]
+        data[c] = vals
+    return pd.DataFrame(data)

@@ -1,0 +1,47 @@
+"""What every predictor is: something that times a frame of trace rows, and says where each time came from."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+import pandas as pd
+
+from emulator.core.hardware import GPUSpec
+
+
+class NoPredictorError(RuntimeError):
+    """No registered predictor for the target GPU; the message says how to get one."""
+
+
+class Predictor(ABC):
+    """Times trace rows on one GPU (`emulator.core.predictor_io` is the frame's contract)."""
+
+    label: str  # how reports name it
+    spec: GPUSpec
+
+    @abstractmethod
+    def predict(self, df: pd.DataFrame) -> pd.DataFrame:
+        """One `duration_s` (> 0) and `source` per row of `df`, in order."""
+
+    @property
+    def is_analytical(self) -> bool:
+        return False
+
+
+def predict_unique(pred: Predictor, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Predict each distinct row once (traces repeat the same shapes thousands of times); durations and
+    sources aligned with `df`."""
+    if df.empty:
+        return np.zeros(0), np.array([], dtype=object)
+    index: dict[tuple, int] = {}
+    codes = np.empty(len(df), dtype=np.int64)
+    first = []
+    for i, key in enumerate(zip(*(df[c].tolist() for c in df.columns), strict=True)):
+        code = index.get(key)
+        if code is None:
+            code = index[key] = len(first)
+            first.append(i)
+        codes[i] = code
+    out = pred.predict(df.iloc[first].reset_index(drop=True))
+    return out["duration_s"].to_numpy(dtype=float)[codes], out["source"].to_numpy(dtype=object)[codes]

@@ -1,0 +1,129 @@
+"""Estimate: a duration for every trace row of every rank, from the chosen predictors.
+
+Kernels are shared by every rank of a representative trace and timed once; collectives and p2p
+depend on where each rank's group sits in the cluster (group size, nodes spanned), so each
+distinct (row, size, nodes) is timed once. Collectives whose group leaves the node are timed by
+the network model of the cluster description unless the cluster says its own network was
+measured (`internode_collectives = "learned"`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from emulator.collate.job import CollatedJob
+from emulator.core.hardware import GPUSpec
+from emulator.core.predictor_io import FALLBACK, LEARNED, signature_frame
+from emulator.estimate.base import Predictor, predict_unique
+from emulator.estimate.roofline import NETWORK_LABEL, NetworkPredictor
+from emulator.trace.schema import COMM_KINDS
+
+
+@dataclass
+class Estimates:
+    durations: list[np.ndarray]  # per rank, per row (seconds; 0 for rows that launch nothing)
+    time_by_source: dict[str, float] = field(default_factory=dict)  # predicted device seconds, all ranks
+    kernels: str = ""
+    collectives: str = ""
+
+    @property
+    def coverage(self) -> dict[str, float]:
+        total = sum(self.time_by_source.values()) or 1.0
+        return {s: self.time_by_source.get(s, 0.0) / total for s in (LEARNED, FALLBACK)}
+
+
+def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: Predictor,
+             gpus_per_node: int | None = None, learned_internode: bool = False) -> Estimates:
+    """Durations for every row of every rank of `job` on `spec`.
+
+    Collectives and p2p whose group spans nodes are timed by the network model of the cluster
+    description (`spec`'s NIC bandwidth and latency, labelled fallback) unless `learned_internode`:
+    a cross-node measurement describes the network it was taken on, and the public ones come from
+    other clusters' networks (the reference A100 rows reach 6-8 GB/s per GPU pair, a quarter of one
+    HDR NIC). Use the learned inter-node fit when the predictors were calibrated on this cluster.
+    """
+    gpn = gpus_per_node or job.nproc_per_node
+    by_source: dict[str, float] = {}
+    rep_count: dict[int, int] = {}
+    for v in job.ranks:
+        rep_count[v.rep.rank] = rep_count.get(v.rep.rank, 0) + 1
+    # kernels: shared by every rank of a representative
+    base: dict[int, np.ndarray] = {}
+    frames, owners = [], []
+    for r, rep in job.reps.items():
+        rows = [i for i, (k, launch) in enumerate(zip(rep.kind, rep.launches, strict=True))
+                if launch and k not in COMM_KINDS]
+        base[r] = np.zeros(len(rep))
+        if rows:
+            frames.append(signature_frame(rep.table, rows))
+            owners.append((r, rows))
+    if frames:
+        allk = pd.concat(frames, ignore_index=True)
+        d, s = predict_unique(kernels, allk)
+        i = 0
+        for r, rows in owners:
+            n = len(rows)
+            base[r][rows] = d[i:i + n]
+            for src in ("learned", "fallback"):
+                by_source[src] = by_source.get(src, 0.0) + float(d[i:i + n][s[i:i + n] == src].sum()) * rep_count[r]
+            i += n
+    # collectives and p2p: depend on where each rank's group sits in the cluster
+    comm_sig: dict[int, pd.DataFrame] = {}
+    for r, rep in job.reps.items():
+        if rep.comm_rows:
+            comm_sig[r] = signature_frame(rep.table, rep.comm_rows)
+    keys: dict[tuple, int] = {}
+    key_rows: list[dict] = []
+    per_rank: list[list[int]] = []
+    for v in job.ranks:
+        rep = v.rep
+        ids = []
+        for j, row in enumerate(rep.comm_rows):
+            if rep.kind[row] == "p2p":
+                peer = v.peer.get(row, v.rank)
+                size, nn = 2, job.nodes_spanned((v.rank, peer))
+            else:
+                members = v.group_ranks.get(row) or range(job.world_size)
+                size, nn = len(members), job.nodes_spanned(members)
+            k = (rep.rank, j, size, nn)
+            if k not in keys:
+                keys[k] = len(key_rows)
+                d = comm_sig[rep.rank].iloc[j].to_dict()
+                d.update(collective=rep.collective[row], coll_bytes=int(rep.coll_bytes[row] or 0), group_size=size,
+                         nnodes=nn, gpus_per_node=gpn)
+                key_rows.append(d)
+            ids.append(keys[k])
+        per_rank.append(ids)
+    # the roofline already is the network model: only a learned predictor is split at the node boundary
+    network_apart = not learned_internode and not collectives.is_analytical
+    cd, cs = _predict_comm(key_rows, collectives, NetworkPredictor(spec), network_apart)
+    durations = []
+    for v, ids in zip(job.ranks, per_rank, strict=True):
+        arr = base[v.rep.rank]
+        if ids:
+            arr = arr.copy()
+            arr[v.rep.comm_rows] = cd[ids]
+            src = cs[ids]
+            for s in ("learned", "fallback"):
+                by_source[s] = by_source.get(s, 0.0) + float(cd[ids][src == s].sum())
+        durations.append(arr)
+    label = collectives.label
+    if network_apart and any(d["nnodes"] > 1 for d in key_rows):
+        label += f"; between nodes: {NETWORK_LABEL}"
+    return Estimates(durations=durations, time_by_source=by_source, kernels=kernels.label, collectives=label)
+
+
+def _predict_comm(rows: list[dict], collectives: Predictor, network: Predictor,
+                  network_apart: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Durations and sources of the distinct collective rows: from `collectives`, except those across
+    nodes when `network_apart`, which `network` times."""
+    d, s = np.zeros(len(rows)), np.empty(len(rows), dtype=object)
+    inter = np.array([network_apart and r["nnodes"] > 1 for r in rows], dtype=bool)
+    for pred, mask in ((collectives, ~inter), (network, inter)):
+        idx = np.flatnonzero(mask)
+        if len(idx):
+            d[idx], s[idx] = predict_unique(pred, pd.DataFrame([rows[i] for i in idx]))
+    return d, s

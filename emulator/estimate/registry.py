@@ -1,0 +1,126 @@
+"""Learned predictors from the MLflow registry: `models:/maya-kernels-<gpu>@champion` and
+`models:/maya-collectives-<gpu>@champion` (names from `emulator.core.settings`).
+
+A model loaded once is copied under `settings.model_cache_dir()` so later predictions work
+offline; with the registry unreachable the newest cached copy answers and says so in its label.
+A row the model cannot answer (no finite positive time) is timed by the roofline and labelled
+`fallback`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from emulator.core import settings
+from emulator.core.hardware import GPUSpec
+from emulator.core.predictor_io import FALLBACK, LEARNED
+from emulator.core.roofline import roofline_durations
+from emulator.estimate.base import NoPredictorError, Predictor
+
+
+def how_to_get_predictors(gpu: str) -> str:
+    return (f"no predictors registered for GPU {gpu!r} in {settings.mlflow_tracking_uri()}.\n"
+            f"  - on a node with that part: `make calibrate GPU={gpu}` (measures it, trains and publishes)\n"
+            f"  - for a part you cannot measure: `python -m maya_models.train --gpu {gpu} --cross-gpu` "
+            "(the cross-GPU model on hardware-spec features)\n"
+            "  - or run with `--roofline-only` for the labelled analytical fallback (less accurate)")
+
+
+class RegistryPredictor(Predictor):
+    """One registered MLflow pyfunc model."""
+
+    def __init__(self, model, label: str, spec: GPUSpec):
+        self.model, self.label, self.spec = model, label, spec
+
+    def predict(self, df: pd.DataFrame) -> pd.DataFrame:
+        with QuietMlflow():
+            out = self.model.predict(df)
+        if not isinstance(out, pd.DataFrame):
+            out = pd.DataFrame({"duration_s": np.asarray(out, dtype=float).reshape(-1), "source": LEARNED})
+        if "duration_s" not in out.columns or len(out) != len(df):
+            raise ValueError(f"{self.label}: predict() must return {len(df)} rows with duration_s, got "
+                             f"{list(out.columns)} x {len(out)}")
+        out = out.reset_index(drop=True)
+        d = out["duration_s"].to_numpy(dtype=float)
+        bad = ~np.isfinite(d) | (d <= 0)
+        src = out["source"].astype(str) if "source" in out.columns else pd.Series([LEARNED] * len(out))
+        if bad.any():  # a predictor that cannot answer a row: the labelled fallback answers it
+            d = d.copy()
+            d[bad] = roofline_durations(df.iloc[np.flatnonzero(bad)], self.spec)
+            src = src.where(~pd.Series(bad), FALLBACK)
+        return pd.DataFrame({"duration_s": d, "source": src.to_numpy()})
+
+
+class QuietMlflow(warnings.catch_warnings):
+    """Drop mlflow's UserWarnings (type-hint advice, input examples) meant for model authors, not users.
+    mlflow resets the warning filters inside some calls, so this filters at `showwarning` too."""
+
+    def __enter__(self):
+        super().__enter__()
+        warnings.simplefilter("ignore", UserWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not (issubclass(category, UserWarning) and "mlflow" in str(filename)):
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        return self
+
+
+def _cached_versions(name: str) -> list[Path]:
+    base = settings.model_cache_dir() / name
+    if not base.is_dir():
+        return []
+    vs = [p for p in base.iterdir() if p.name.startswith("v") and p.name[1:].isdigit() and (p / "MLmodel").exists()]
+    return sorted(vs, key=lambda p: int(p.name[1:]))
+
+
+def _load_pyfunc(mlflow, path: str):
+    with QuietMlflow():
+        return mlflow.pyfunc.load_model(path)
+
+
+def load_model(name: str):
+    """(pyfunc model, label) for `models:/<name>@champion`, via the local cache; None if there is none."""
+    mlflow = settings.configured_mlflow()
+    try:
+        mv = mlflow.MlflowClient().get_model_version_by_alias(name, settings.CHAMPION_ALIAS)
+    except Exception:  # registry unreachable or no such model/alias: use a cached copy if there is one
+        cached = _cached_versions(name)
+        if not cached:
+            return None
+        return _load_pyfunc(mlflow, str(cached[-1])), f"{name} {cached[-1].name} (cached copy)"
+    local = settings.model_cache_dir() / name / f"v{mv.version}"
+    if not (local / "MLmodel").exists():
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=local.parent, prefix=f".v{mv.version}."))
+        try:
+            path = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{mv.version}",
+                                                            dst_path=str(tmp)))
+            src = path if (path / "MLmodel").exists() else tmp
+            os.replace(src, local)
+        except OSError:
+            if not (local / "MLmodel").exists():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _load_pyfunc(mlflow, str(local)), f"models:/{name}@{settings.CHAMPION_ALIAS} v{mv.version}"
+
+
+def registry_predictors(spec: GPUSpec) -> tuple[RegistryPredictor, RegistryPredictor]:
+    """(kernel predictor, collective predictor) for `spec`; NoPredictorError if either is not registered."""
+    names = settings.kernel_model_name(spec.key), settings.collective_model_name(spec.key)
+    loaded = [load_model(n) for n in names]
+    missing = [n for n, m in zip(names, loaded, strict=True) if m is None]
+    if missing:
+        raise NoPredictorError(f"{', '.join(missing)}: " + how_to_get_predictors(spec.key))
+    (km, kl), (cm, cl) = loaded
+    return RegistryPredictor(km, kl, spec), RegistryPredictor(cm, cl, spec)

@@ -1,0 +1,57 @@
+"""What to run and how the world is laid out, in torchrun's terms, and the worker command line for a rank."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORKER = [sys.executable, "-m", "emulator.launch.worker"]
+
+
+@dataclass
+class EmulationJob:
+    """One `maya emulate` / `maya profile` run: the program, the target and the ranks."""
+
+    script: str | None
+    module: str | None
+    argv: list[str]
+    gpu: str
+    nproc_per_node: int
+    nnodes: int
+    iterations: int | None
+    out: Path
+    profile: bool = False
+    timing_only: bool = False  # profile: time iterations, record no trace
+    worker: list[str] = field(default_factory=lambda: list(WORKER))  # tests replace the worker program
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def problem(self) -> str | None:
+        """Why this job cannot run, in one line, or None."""
+        if self.nproc_per_node < 1 or self.nnodes < 1:
+            return f"--nproc-per-node ({self.nproc_per_node}) and --nnodes ({self.nnodes}) must be at least 1"
+        if self.iterations is not None and self.iterations < 1:
+            return f"--iterations must be at least 1, got {self.iterations}"
+        if self.script and not Path(self.script).is_file():
+            return f"no such script: {self.script}"
+        if not self.script and not self.module:
+            return "give a script or -m module"
+        return None
+
+    def worker_command(self, rank: int) -> list[str]:
+        """`python -m emulator.launch.worker ...` for `rank` (torchrun's environment is set by the worker)."""
+        cmd = list(self.worker)
+        cmd += ["--gpu", self.gpu, "--rank", str(rank), "--world-size", str(self.world_size),
+                "--local-rank", str(rank % self.nproc_per_node), "--local-world-size", str(self.nproc_per_node),
+                "--nnodes", str(self.nnodes), "--node-rank", str(rank // self.nproc_per_node), "--out", str(self.out)]
+        if self.iterations is not None:
+            cmd += ["--iterations", str(self.iterations)]
+        if self.profile:
+            cmd.append("--profile")
+            if self.timing_only:
+                cmd.append("--timing-only")
+        cmd += ["--script", self.script] if self.script else ["--module", self.module]
+        return cmd + ["--", *self.argv]

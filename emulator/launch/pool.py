@@ -1,0 +1,174 @@
+"""The worker pool: rank processes, `jobs` at a time, with one progress bar, remembering every rank it ran.
+
+Each emulated rank is one `python -m emulator.launch.worker` process (a rank must be its own
+process: the fake device, the recording process group and the program's globals are per
+process), with torchrun's environment for its rank and its output in `OUT/logs/rank=R.log`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from emulator.core.exitcodes import Exit
+from emulator.core.hardware import CPU_RANK_THREADS
+from emulator.launch.job import EmulationJob
+from emulator.trace.io import read_rank_summary
+from emulator.trace.layout import rank_log_path
+from emulator.trace.summaries import RankSummary, SummaryError
+
+# How long a rank emulated without its peers waits for a Python object from one (see
+# emulator.distributed.objects); short, because the launcher then re-runs the ranks together.
+PROBE_EXCHANGE_TIMEOUT_S = 10
+_EXCHANGE_CHANNEL = re.compile(r"ObjectExchangeTimeout.*?\((?:p2p|bcast|ag)\.([^.\s]+)\.", re.S)
+_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+                  "TORCHELASTIC_RUN_ID")
+
+
+@dataclass
+class RankRun:
+    rank: int
+    returncode: int
+    wall_s: float
+    summary: RankSummary | None  # OUT/ranks/rank=R.json, None if the worker died before writing it
+    log: Path
+
+    @property
+    def ended_cleanly(self) -> bool:
+        """The rank's program ran to its end, or to an OOM (whose trace still shows the rank's role)."""
+        return self.returncode in (Exit.OK, Exit.OOM)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(master_port: int) -> dict[str, str]:
+    """The parent's environment minus any torchrun variables of its own, plus the rendezvous address
+    and a run id of its own (the emulated ranks' object exchange is keyed by it)."""
+    env = {k: v for k, v in os.environ.items() if k not in _TORCHRUN_VARS}
+    env.setdefault("OMP_NUM_THREADS", str(CPU_RANK_THREADS))  # one core per rank; ranks run side by side
+    env["MASTER_ADDR"] = "127.0.0.1"
+    env["MASTER_PORT"] = str(master_port)
+    env["TORCHELASTIC_RUN_ID"] = f"maya-{os.getpid()}-{master_port}"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class RankRunner:
+    """Runs worker processes, `jobs` at a time; `runner(ranks)` returns their summaries (None: failed)."""
+
+    def __init__(self, job: EmulationJob, jobs: int, console: Console, all_at_once: bool = False):
+        self.job, self.jobs, self.console = job, max(jobs, 1), console
+        self.all_at_once = all_at_once  # profile mode: real collectives need every rank alive together
+        self.runs: dict[int, RankRun] = {}
+        self.env = worker_env(free_port())
+        self.stop = False  # set after a failure: later phases do not start
+
+    def __call__(self, ranks: list[int]) -> dict[int, RankSummary | None]:
+        if self.stop:
+            return {}
+        self._run(ranks)
+        return {r: self.runs[r].summary if self.runs[r].ended_cleanly else None
+                for r in ranks if r in self.runs}  # after a failure, later ranks never start
+
+    def restart_side_by_side(self, probe_timeout_set: bool) -> None:
+        """Forget the runs so far; from now on the ranks asked for start together (they wait for each
+        other's Python objects), with the user's exchange timeout again if the probe one was set."""
+        self.runs.clear()
+        self.stop = False
+        self.all_at_once = True
+        if probe_timeout_set:
+            self.env.pop("MAYA_EXCHANGE_TIMEOUT_S", None)
+
+    def exchange_group(self) -> str | None:
+        """The process group named by a rank that gave up waiting for a peer's Python object, if any."""
+        for run in self.runs.values():
+            m = _EXCHANGE_CHANNEL.search((run.summary.error if run.summary else None) or "")
+            if m:
+                return m.group(1)
+        return None
+
+    def _run(self, ranks: list[int]) -> None:
+        (self.job.out / "logs").mkdir(parents=True, exist_ok=True)
+        pending = list(ranks)
+        running: dict[int, tuple[subprocess.Popen, float, object]] = {}
+        limit = len(ranks) if self.all_at_once else self.jobs
+        label = "profiling" if self.job.profile else "emulating"
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=self.console, transient=True,
+                      disable=not self.console.is_terminal) as bar:
+            task = bar.add_task(f"{label} ranks {ranges(ranks)}", total=len(ranks))
+            try:
+                while pending or running:
+                    while pending and len(running) < limit and not self.stop:
+                        r = pending.pop(0)
+                        fh = open(rank_log_path(self.job.out, r), "wb")  # noqa: SIM115 - closed when the process ends
+                        proc = subprocess.Popen(self.job.worker_command(r), stdout=fh, stderr=subprocess.STDOUT,
+                                                env=self.env)
+                        running[r] = (proc, time.perf_counter(), fh)
+                    if self.stop and not running:
+                        break
+                    for r, (proc, t0, fh) in list(running.items()):
+                        rc = proc.poll()
+                        if rc is None:
+                            continue
+                        fh.close()
+                        del running[r]
+                        self._finished(r, rc, time.perf_counter() - t0)
+                        bar.advance(task)
+                    time.sleep(0.02)
+            except BaseException:
+                for proc, _, _fh in running.values():
+                    proc.terminate()
+                for proc, _, fh in running.values():
+                    proc.wait()
+                    fh.close()
+                raise
+
+    def _finished(self, rank: int, rc: int, wall: float) -> None:
+        try:
+            summary = read_rank_summary(self.job.out, rank)
+        except (OSError, ValueError, SummaryError, TypeError):
+            summary = None
+        self.runs[rank] = RankRun(rank, rc, wall, summary, rank_log_path(self.job.out, rank))
+        if not self.runs[rank].ended_cleanly:
+            self.stop = True
+        self.console.print(rank_line(self.runs[rank]))
+
+
+def ranges(ranks: list[int]) -> str:
+    """[0,1,2,5] -> '0-2,5'."""
+    out, rs = [], sorted(ranks)
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def gib(n) -> str:
+    return f"{(n or 0) / 2**30:.2f} GiB"
+
+
+def rank_line(run: RankRun) -> str:
+    s = run.summary or RankSummary(rank=run.rank)
+    if run.returncode == Exit.OK:
+        return (f"  rank {run.rank}: ok, {s.n_events:,} events, {s.iterations} iterations, "
+                f"peak {gib(s.peak_allocated)} / {gib(s.peak_reserved)} reserved, {run.wall_s:.1f} s")
+    if run.returncode == Exit.OOM:
+        return f"  [red]rank {run.rank}: out of memory[/red] after {run.wall_s:.1f} s"
+    return f"  [red]rank {run.rank}: failed (exit {run.returncode})[/red] after {run.wall_s:.1f} s, log {run.log}"
