@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 GPU     ?= cpu
 export MAYA_WAREHOUSE ?= $(CURDIR)/warehouse
 
-.PHONY: setup test lint demo calibrate dagster mlflow bench validate evaluate clean
+.PHONY: setup test test-fast lint demo calibrate dagster mlflow bench validate evaluate clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -18,11 +18,15 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)          ## create .venv and install maya with its dependencies
 
-test: $(STAMP)           ## run the test suite (CPU only, no GPU needed)
-	$(BIN)/python -m pytest -q -x --durations=15
+test: $(STAMP)           ## the whole suite, unit then integration tests (CPU only, no GPU needed)
+	$(BIN)/python -m pytest -q -x --durations=15 tests/unit tests/integration
 
-lint: $(STAMP)           ## ruff over the project
+test-fast: $(STAMP)      ## the unit tests alone: no worker processes, no examples (under 2 minutes)
+	$(BIN)/python -m pytest -q -x tests/unit
+
+lint: $(STAMP)           ## ruff over the project, and the import layers (import-linter contracts in pyproject.toml)
 	$(BIN)/ruff check emulator maya_models pipelines tests examples
+	$(BIN)/lint-imports
 
 demo: $(STAMP)           ## default h100 predictors from reference data, then predict an example on 8xH100
 	$(BIN)/python -m maya_models.bootstrap --gpu h100

@@ -1,0 +1,217 @@
+"""Recording: the worker's outputs, iterations, attribution, placeholders, unsupported ops, profile mode."""
+
+import json
+
+import pytest
+
+from emulator.trace.schema import COLUMNS, KINDS, PHASES
+from tests.programs.harness import run_worker, shared_run
+
+
+@pytest.fixture(scope="module")
+def train(tmp_path_factory):
+    return run_worker("tiny_train.py", tmp_path_factory.mktemp("train"), "--steps", "3")
+
+
+@pytest.fixture(scope="module")
+def misc():
+    return shared_run("misc_api.py")
+
+
+def test_trace_has_every_schema_column_and_valid_values(train):
+    t = train.trace
+    assert train.rc == 0, train.summary["error"]
+    assert list(t.columns) == COLUMNS
+    assert set(t.kind) <= set(KINDS) and set(t.phase) <= set(PHASES)
+    assert list(t.seq) == list(range(len(t)))
+    assert (t.host_gap_s >= 0).all()
+    assert t.duration_s.isna().all()  # emulation measures nothing
+    assert t.mem_allocated.notna().all() and (t.mem_reserved >= t.mem_allocated).all()
+    for a in t.args:
+        json.loads(a)
+
+
+def test_iterations_follow_optimizer_steps(train):
+    t, s = train.trace, train.summary
+    assert s["iterations"] == 3
+    assert set(t.iteration) == {-1, 0, 1, 2}
+    # the ops of one steady iteration repeat exactly
+    it0 = t[t.iteration == 0].op.tolist()
+    it1 = t[t.iteration == 1].op.tolist()
+    assert it0 == it1 and len(it0) > 20
+
+
+def test_module_and_phase_attribution(train):
+    t = train.trace
+    fwd = t[(t.phase == "forward") & (t.op == "aten::addmm")]
+    assert set(fwd.module) == {"Net.attn.qkv", "Net.attn.proj"}
+    bwd = t[t.phase == "backward"]
+    assert "Net.attn.qkv" in set(bwd.module) and "Net.emb" in set(bwd.module)
+    steady = t[(t.phase == "optimizer") & (t.iteration == 0)]
+    assert set(steady.op.str.slice(0, 15)) == {"aten::_foreach_"}
+
+
+def test_gemm_signature_shows_the_linear_transpose_in_strides(train):
+    t = train.trace
+    head = t[(t.module == "Net.head") & (t.phase == "forward") & (t.op == "aten::mm")].iloc[0]
+    assert [list(s) for s in head.shapes] == [[32, 64], [64, 128]]
+    assert [list(s) for s in head.strides] == [[64, 1], [1, 64]]
+    assert head.flops == 2 * 32 * 64 * 128
+
+
+def test_summary_keys(train):
+    s = train.summary
+    for key in ("rank", "ok", "error", "oom", "peak_allocated", "peak_reserved", "iterations", "unsupported_ops",
+                "placeholders", "wall_s", "work_hash", "groups", "n_events", "torch_version", "gpu"):
+        assert key in s
+    assert s["ok"] is True and s["n_events"] == len(train.trace) and s["gpu"] == "h100"
+
+
+def test_data_dependent_values_use_counted_placeholders(misc):
+    seen, s, t = misc.printed(), misc.summary, misc.trace
+    assert seen["item"] == "0.0"
+    assert "branch" not in seen  # bool(tensor) reads False
+    assert seen["nonzero_shape"] == "(1000000, 2)"  # upper bound: every element selected
+    assert seen["masked_shape"] == "(1000000,)"
+    assert s["placeholders"]["item_float"] == 1 and s["placeholders"]["item_bool"] == 1
+    assert s["placeholders"]["nonzero"] >= 2  # torch.nonzero and the mask index
+    marked = t[t.placeholder]
+    assert {"memcpy::d2h", "aten::nonzero", "aten::index"} <= set(marked.op)
+
+
+def test_unsupported_op_is_listed_and_the_program_continues(misc):
+    assert misc.summary["unsupported_ops"] == {"maya_test::no_fake_kernel": 1}
+    assert misc.printed()["unsupported_out_shape"] == "(1000, 1000)"
+    row = misc.trace[misc.trace.op == "maya_test::no_fake_kernel"].iloc[0]
+    assert json.loads(row.args)["unsupported"] is True
+
+
+def test_torch_compile_runs_eagerly_and_is_reported(misc):
+    assert misc.printed()["compiled_shape"] == "(1000, 1000)"
+    assert misc.summary["eager_fallbacks"] == {"torch.compile": 1}
+
+
+def test_failing_script_keeps_trace_and_traceback(tmp_path):
+    run = run_worker("fails.py", tmp_path)
+    assert run.rc == 1
+    s = run.summary
+    assert s["ok"] is False and s["oom"] is False
+    assert "ValueError: boom from the training script" in s["error"]
+    assert "broken_helper" in s["error"] and "emulator/capture" not in s["error"]
+    assert (tmp_path / "trace" / "rank=0" / "part-0.parquet").exists()
+    assert "aten::mm" in set(run.trace.op)  # recorded up to the failure
+
+
+def test_oom_that_ends_the_program_exits_3(tmp_path):
+    prog = tmp_path / "oom.py"
+    prog.write_text("import torch\nx = torch.empty(100 * 2**30, dtype=torch.uint8, device='cuda')\n")
+    run = run_worker(str(prog), tmp_path / "out")
+    assert run.rc == 3
+    assert run.summary["oom"] is True and "OutOfMemoryError" in run.summary["error"]
+
+
+def test_iterations_flag_stops_cleanly(tmp_path):
+    run = run_worker("tiny_train.py", tmp_path, "--steps", "10", extra=["--iterations", "2"])
+    assert run.rc == 0, run.summary["error"]
+    assert run.summary["iterations"] == 2 and run.summary["stopped_by_iterations"] is True
+    assert "step 1" not in run.stdout  # stopped inside the 2nd opt.step(), before its print
+    assert run.trace.iteration.max() == 0
+
+
+def test_mark_iteration_and_system_exit(tmp_path):
+    prog = tmp_path / "marks.py"
+    prog.write_text("import sys, torch, emulator\nfor _ in range(3):\n"
+                    "    torch.randn(8, 8, device='cuda').sum()\n    emulator.mark_iteration()\nsys.exit(0)\n")
+    run = run_worker(str(prog), tmp_path / "out")
+    assert run.rc == 0 and run.summary["ok"] is True  # SystemExit(0) is success
+    assert run.summary["iterations"] == 3
+    assert run.trace.iteration.tolist() == [-1, -1, 0, 0, 1, 1]
+    prog.write_text("import sys\nsys.exit(2)\n")
+    run = run_worker(str(prog), tmp_path / "out2")
+    assert run.rc == 1 and "status 2" in run.summary["error"]
+
+
+def test_profile_measures_durations_and_matches_emulated_gemm_shapes(tmp_path, train):
+    prof = run_worker("tiny_train.py", tmp_path, "--steps", "3", extra=["--profile"])
+    assert prof.rc == 0, prof.summary["error"]
+    kernels = prof.trace[prof.trace.kind == "kernel"]
+    assert (kernels.duration_s > 0).all()
+    assert prof.summary["mode"] == "profile"
+
+    def gemms(t):
+        g = t[t.op.isin(["aten::mm", "aten::addmm"]) & t.phase.isin(["forward", "backward"]) & (t.iteration == 0)]
+        return [(r.op, r.phase, [list(s) for s in r.shapes]) for r in g.itertuples()]
+
+    assert gemms(prof.trace) == gemms(train.trace) and len(gemms(train.trace)) >= 9
+
+
+def test_cpu_target_runs_real_cpu_ops_without_timing(tmp_path):
+    run = run_worker("tiny_train.py", tmp_path, "--steps", "2", gpu="cpu")
+    assert run.rc == 0, run.summary["error"]
+    assert "device cpu" in run.stdout  # the script sees no GPU
+    t = run.trace
+    assert t.duration_s.isna().all()
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in set(t.op)
+
+
+def test_activation_checkpointing_recomputes_in_backward(tmp_path):
+    run = run_worker("gpt.py", tmp_path, "--checkpoint", "--steps", "2", "--vocab", "512")
+    assert run.rc == 0, run.summary["error"]
+    t = run.trace[run.trace.iteration == 0]
+    flash = t[t.op == "aten::_scaled_dot_product_flash_attention"]
+    assert list(flash.phase) == ["forward", "forward", "backward", "backward"]  # 2 layers, recomputed
+    assert list(flash.module) == ["GPT.h.0", "GPT.h.1", "GPT.h.1", "GPT.h.0"]
+
+
+def test_flex_attention_is_recorded_as_one_kernel_each_way(tmp_path):
+    run = run_worker("flex_attention.py", tmp_path)
+    assert run.rc == 0, run.summary["error"]
+    flex = run.trace[run.trace.op.str.startswith("aten::flex_attention")]
+    assert flex.op.tolist() == ["aten::flex_attention", "aten::flex_attention_backward"]
+    fwd, bwd = flex.flops.tolist()
+    assert fwd == 4 * 2 * 4 * 128 * 128 * 64  # dense score matrix
+    assert bwd == 2.5 * fwd
+    assert flex.phase.tolist()[1] == "backward"
+
+
+def test_host_gaps_are_the_programs_time_not_the_emulators(tmp_path):
+    """The emulator costs far more CPU per op than a real host; none of that may show up as host gaps.
+
+    The same small program run for real on this CPU spends its whole step (host work *and* the tiny
+    kernels) in a few milliseconds; the host time the emulated trace records for a step must not
+    exceed that (before the per-crossing calibration it was several times larger)."""
+    import statistics
+    import subprocess
+    import sys
+
+    from tests.programs.harness import PROGRAMS, ROOT, _env
+
+    real = subprocess.run([sys.executable, str(PROGRAMS / "host_cost.py"), "--steps", "12"], cwd=ROOT,
+                          env={**_env(), "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=120)
+    assert real.returncode == 0, real.stderr
+    steps = [float(line.split("=")[1]) for line in real.stdout.split() if line.startswith("step_cpu_s=")]
+    real_step = statistics.median(steps[2:])  # medians on both sides: this shared machine's noise is large
+    emu = run_worker("host_cost.py", tmp_path, "--steps", "10")
+    assert emu.rc == 0, emu.summary["error"]
+    steady = emu.trace[emu.trace.iteration.between(1, 8)]
+    per_step = steady.groupby("iteration").host_gap_s.sum().median()
+    assert emu.summary["host_gap_baseline_s"]["crossing"] > 0
+    assert per_step < 2.5 * real_step, (per_step, real_step)
+    # the prices are measured before and after the program and every gap is charged their mean;
+    # the loops that measure them leave nothing in the trace
+    start, end = emu.summary["host_gap_price_samples"]
+    mean = emu.summary["host_gap_baseline_s"]
+    assert all(mean[k] == pytest.approx((start[k] + end[k]) / 2) for k in mean)
+    assert not any(shapes is not None and len(shapes) and list(shapes[0]) == [256] for shapes in emu.trace.shapes)
+
+
+def test_values_that_came_from_the_host_read_as_on_the_gpu(tmp_path):
+    """Masks and token ids copied to the device keep their values (reads, views, ops on them, copy_);
+    values produced on the device (random data) stay placeholders and are counted as such."""
+    run = run_worker("host_values.py", tmp_path)
+    assert run.rc == 0, run.summary["error"]
+    got = run.printed()
+    assert {k: got[k] for k in ("all", "row0_all", "tokens", "max_id", "copied")} == {
+        "all": "False", "row0_all": "True", "tokens": "14", "max_id": "13", "copied": "14"}
+    assert got["after_random"] == "0"  # the placeholder: the sum depends on device random numbers
+    assert run.summary["real_value_reads"] == 5 and run.summary["placeholders"] == {"item_int": 1}

@@ -1,0 +1,78 @@
+"""The emulator's signature cache (emulator.capture.fastpath) and the process-CPU host clock."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from tests.programs.harness import run_worker
+
+aten = torch.ops.aten
+
+
+@pytest.fixture(scope="module")
+def mode():
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def _fake(mode, *shape, dtype=torch.float32):
+    return mode.from_tensor(torch.empty(*shape, dtype=dtype))
+
+
+def _same_meta(a, b):
+    assert type(a) is type(b)
+    if isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same_meta(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert (a.shape, a.stride(), a.dtype, a.storage_offset(), a.device) == \
+            (b.shape, b.stride(), b.dtype, b.storage_offset(), b.device)
+    else:
+        assert a == b
+
+
+def _run(tmp_path, name, monkeypatch, fast, program="tiny_train.py", *args):
+    monkeypatch.setenv("MAYA_EMULATOR_FASTPATH", "1" if fast else "0")
+    return run_worker(program, tmp_path / name, *args)
+
+
+def test_fast_path_records_the_same_trace(tmp_path, monkeypatch):
+    args = ("--steps", "3", "--autocast")
+    exact = _run(tmp_path, "exact", monkeypatch, False, "tiny_train.py", *args)
+    fast = _run(tmp_path, "fast", monkeypatch, True, "tiny_train.py", *args)
+    assert exact.rc == 0 and fast.rc == 0, fast.summary["error"]
+    assert fast.summary["fast_path"]["hits"] > len(fast.trace) / 2  # steady iterations repeat signatures
+    assert exact.summary["fast_path"]["hits"] == 0
+    cols = [c for c in exact.trace.columns if c != "host_gap_s"]
+    assert exact.trace[cols].astype(str).equals(fast.trace[cols].astype(str))
+    for k in ("peak_allocated", "peak_reserved", "work_hash", "iterations", "placeholders", "unsupported_ops"):
+        assert exact.summary[k] == fast.summary[k]
+
+
+def test_host_gaps_count_cpu_time_not_waiting(tmp_path, monkeypatch):
+    run = _run(tmp_path, "gaps", monkeypatch, True, "host_gaps.py")
+    assert run.rc == 0, run.summary["error"]
+    assert run.summary["host_clock"] == "process_cpu"
+    t = run.trace
+    ops = t.op.tolist()
+    gap_after_sleep = t.host_gap_s[ops.index("aten::add")]
+    gap_after_spin = t.host_gap_s[ops.index("aten::sub")]
+    assert gap_after_sleep < 0.1  # 0.3 s asleep: the host did no work
+    assert 0.1 < gap_after_spin < 1.0  # 0.15 s of CPU work is host time
+
+
+def test_in_place_metadata_changes_after_caching_are_recorded_as_they_are(tmp_path, monkeypatch):
+    """A tensor's cached signature (and C++-answered device) must not survive `t_`, `resize_`,
+    `set_`, `.data =` or `swap_tensors`: the fast path records what the exact path records."""
+    exact = _run(tmp_path, "exact", monkeypatch, False, "metadata_changes.py")
+    fast = _run(tmp_path, "fast", monkeypatch, True, "metadata_changes.py")
+    assert exact.rc == 0 and fast.rc == 0, fast.summary["error"]
+    assert fast.summary["fast_path"]["hits"] > 0
+    cols = [c for c in exact.trace.columns if c != "host_gap_s"]
+    assert exact.trace[cols].astype(str).equals(fast.trace[cols].astype(str))
+    printed = fast.stdout.splitlines()
+    assert "after_t_ (4, 2) True" in printed and "after_resize_ (3, 5) True" in printed
+    assert "after_data (2, 7) True" in printed and "after_swap (1,) True" in printed
+    assert "after_set_ (5, 2) True" in printed
+    ops = fast.trace
+    assert ops[ops.op == "aten::mm"].shapes.map(lambda s: [list(x) for x in s]).tolist()[-1] == [[4, 8], [8, 2]]

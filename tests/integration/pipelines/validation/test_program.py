@@ -1,0 +1,82 @@
+"""The validation training program really trains on CPU: single process, TP x DP, and PP (1F1B)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+
+from tests.paths import REPO
+
+PROGRAM = REPO / "examples" / "validation" / "megatron_gpt.py"
+TINY = ["--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "1000", "--steps", "3"]
+
+
+def _run(nproc: int, *args: str) -> list[float]:
+    if nproc == 1:
+        cmd = [sys.executable, str(PROGRAM)]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               str(PROGRAM)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([*cmd, *TINY, *args], capture_output=True, text=True, timeout=240, env=env,
+                       cwd=PROGRAM.parent)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    losses = [float(m) for m in re.findall(r"step \d+ loss ([0-9.]+)", p.stdout)]
+    assert len(losses) == 3, p.stdout
+    return losses
+
+
+def _near_uniform(loss: float, vocab: int = 1000) -> bool:
+    """A freshly initialised LM predicts ~uniformly: the loss is close to ln(vocab)."""
+    return abs(loss - math.log(vocab)) < 0.3
+
+
+def test_single_process_trains():
+    losses = _run(1)
+    assert _near_uniform(losses[0])
+
+
+def test_tensor_and_data_parallel_four_ranks():
+    losses = _run(4, "--tp", "2")  # TP=2 inside, DDP over the 2 data-parallel replicas
+    assert _near_uniform(losses[0])  # the vocab-parallel loss has the full cross-entropy's scale
+
+
+def test_pipeline_two_stages_with_checkpointing_and_bf16():
+    losses = _run(2, "--pp", "2", "--global-batch", "8", "--checkpoint", "--dtype", "bf16")  # 4 micro-batches, 1F1B
+    assert _near_uniform(losses[0])
+    assert all(math.isfinite(x) for x in losses)
+
+
+def test_half_params_trains_in_half_precision_on_cpu():
+    losses = _run(1, "--dtype", "bf16", "--half-params")
+    assert _near_uniform(losses[0]) and all(math.isfinite(x) for x in losses)
+
+
+def test_half_params_moves_half_precision_bytes_like_megatron(tmp_path):
+    """Megatron's --fp16: half-precision GEMMs and TP all-reduces, an fp32 optimizer step."""
+    import json
+
+    from emulator.launch.emulate import run_emulation
+    from emulator.trace.io import read_rank_trace
+
+    hidden, micro, seq = 64, 2, 32
+    s = run_emulation(script=str(PROGRAM), module=None, gpu="a100-80gb", nproc_per_node=2, nnodes=1, iterations=2,
+                      out=tmp_path, dedup=True,
+                      argv=["--layers", "2", "--hidden", str(hidden), "--heads", "4", "--seq", str(seq), "--vocab",
+                            "128", "--tp", "2", "--micro-batch", str(micro), "--dtype", "fp16", "--half-params",
+                            "--attention", "eager", "--steps", "3"])
+    assert s.ok, s.error
+    t = read_rank_trace(tmp_path, 0).to_pandas()
+    t = t[t.iteration == 0]
+    gemms = t[t.op.isin(["aten::mm", "aten::addmm", "aten::bmm"]) & (t.phase == "forward")]
+    assert len(gemms) > 0 and all(set(d) == {"float16"} for d in gemms["dtypes"])
+    tp_ar = t[(t.kind == "collective") & (t.phase == "forward")]
+    # every forward all-reduce (embedding, attention and MLP outputs) carries 2 bytes per element; under
+    # autocast the embedding output stays fp32
+    assert len(tp_ar) > 0 and (tp_ar.coll_bytes == micro * seq * hidden * 2).all()
+    step = t[(t.phase == "optimizer") & t.op.str.startswith("aten::_foreach_")]
+    assert len(step) > 0 and all(set(d) == {"float32"} for d in step["dtypes"] if d is not None and len(d))
+    assert json.loads((tmp_path / "emulation.json").read_text())["ok"]
