@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from emulator.capture import state
+from emulator.capture.hostgap import HostGapPricing
 from emulator.capture.recorder import Recorder, StopEmulation
 from emulator.core import hostspeed
 from emulator.core.exitcodes import Exit
@@ -35,6 +36,7 @@ class Session:
         self.stopped = False
         self.died_of_oom = False
         self.recorder = self._build()
+        self.pricing = HostGapPricing(self.recorder, policy)
 
     def _build(self) -> Recorder:
         ns = self.ns
@@ -121,7 +123,7 @@ class Session:
                 self.host_speed = hostspeed.measure(**_HOST_SPEED_RUN)
             with rec:
                 if self.policy in ("emulate", "cpu"):  # profiling measures; its gaps are not predictions
-                    self.calibrate_host_gap()
+                    self.pricing.start()
                 try:
                     self._run_program()
                 except SystemExit as e:
@@ -144,7 +146,7 @@ class Session:
             wall = time.perf_counter() - t0
             if self.ok and self.policy in ("emulate", "cpu"):
                 try:
-                    self.reprice_host_gaps()
+                    self.pricing.again_at_the_end()
                 except Exception as e:  # noqa: BLE001 - the start prices stand; the trace is not lost
                     print(f"maya: host-gap prices not measured again at the end ({type(e).__name__}: {e})",
                           file=sys.stderr)
@@ -155,106 +157,6 @@ class Session:
         if self.ok:
             return Exit.OK
         return Exit.OOM if self.died_of_oom else Exit.PROGRAM_FAILED
-
-    def calibrate_host_gap(self, calls: int = 400, rounds: int = 5) -> dict:
-        """Measure the emulator's own per-call cost that the recorder cannot see, and subtract it from gaps.
-
-        Loops of tiny device ops with no program work between calls record, as host gaps, what
-        reaching the recorder costs on this machine. Four prices, each loop measured with the
-        prices found before it already subtracted:
-        - `device_query`: C++ asking a fake tensor for its device (a crossing into Python that a
-          real tensor answers in C++): `get_device()` four times per op against none;
-        - `crossing`: one more entry into the recording mode (torch's C++ -> Python crossing and
-          back), paid by unrecorded calls too (views, detach): three views per op against none;
-        - `forward`: the rest of a recorded call on the program's thread with autograd on
-          (fake-tensor handling, building the graph);
-        - `backward`: the same on autograd's backward thread (the engine handing each node to the
-          fake device).
-        The two per-crossing prices are differences of two loops; they are measured in `rounds`
-        interleaved pairs and the median difference kept, because a shared machine's speed drifts
-        between two loops run one after the other (single pairs gave crossing prices of 3 to 30 us
-        on this VM). A real GPU host pays a launch cost instead, which the simulator adds per call.
-        The loops leave no rows, op hash or memory peak behind.
-        """
-        rec = self.recorder
-        prices = self._measure_prices(calls, rounds)
-        rec.set_prices(prices)
-        rec.gap_parts = []
-        if rec.memory is not None:
-            rec.memory.reset_peak()
-        self.host_gap_baseline_s = prices
-        self.host_gap_price_samples = [prices]
-        return prices
-
-    def reprice_host_gaps(self, calls: int = 400, rounds: int = 5) -> dict:
-        """Measure the prices again after the program and charge every gap their mean.
-
-        Why: the prices are a large share of each raw gap (tens of us against a program's few us
-        per op), and a shared machine's speed drifts by 2x over minutes; prices measured only at the
-        start, in a fast or a slow moment, inflate or deflate every gap of the run (host-bound
-        validation rows were over-predicted most where the start prices were lowest). The same
-        before/after mean as the host-speed measurement they are compared with."""
-        rec = self.recorder
-        with rec:
-            end = self._measure_prices(calls, rounds)
-        samples = [*getattr(self, "host_gap_price_samples", []), end]
-        mean = {k: sum(p[k] for p in samples) / len(samples) for k in end}
-        rec.set_prices(mean)
-        rec.reprice()
-        self.host_gap_baseline_s = mean
-        self.host_gap_price_samples = samples
-        return mean
-
-    def _measure_prices(self, calls: int, rounds: int) -> dict:
-        rec = self.recorder
-        point = rec.rows.checkpoint()
-        parts = len(rec.gap_parts)
-        mem = rec.memory
-        peaks = (mem.peaks(), mem.oom) if mem is not None else None
-        before = rec.prices()
-        rec.set_prices({"device_query": 0.0, "crossing": 0.0, "forward": 0.0, "backward": 0.0})
-        gaps = rec.rows.cols["host_gap_s"]
-        x = torch.empty(256, device="cuda" if self.policy == "emulate" else "cpu")
-        per_round = max(calls // rounds, 30)
-
-        def loop(body, n: int = calls) -> float:
-            start = len(gaps)
-            for _ in range(n):
-                body()
-            return _steady_median(gaps[start:], n)
-
-        def extra_cost(plain, more, times: int) -> float:
-            diffs = sorted(loop(more, per_round) - loop(plain, per_round) for _ in range(rounds))
-            return max(diffs[len(diffs) // 2], 0.0) / times
-
-        try:
-            with torch.enable_grad():
-                add = lambda: torch.add(x, x)  # noqa: E731
-                if self.policy == "emulate":  # CPU tensors answer device queries in C++
-                    # so do fake tensors the signature cache knows (x, after the first add); q never
-                    # enters an op, so its device is asked in Python, as for the tensors that still do
-                    q = torch.empty(4, device="cuda")
-                    rec.device_query_cost = extra_cost(add, lambda: (q.get_device(), q.get_device(), q.get_device(),
-                                                                     q.get_device(), torch.add(x, x)), 4)
-                rec.crossing_cost = extra_cost(add, lambda: torch.add(x.view(-1).view(16, 16).view(256), x), 3)
-                w = torch.empty(256, device=x.device, requires_grad=True)
-                chain = [w]
-                forward = loop(lambda: chain.append(chain[-1] * 1.5))
-                cols = rec.rows.cols
-                start = len(gaps)
-                chain[-1].sum().backward()
-                backward = [g for g, ph, op in zip(gaps[start:], cols["phase"][start:], cols["op"][start:],
-                                                   strict=True) if ph == "backward" and op == "aten::mul"]
-                chain.clear()
-            return {"device_query": rec.device_query_cost, "crossing": rec.crossing_cost,
-                    "forward": forward, "backward": _steady_median(backward, calls)}
-        finally:
-            rec.set_prices(before)
-            rec.rows.rollback(point)
-            del rec.gap_parts[parts:]
-            if peaks is not None:  # the loops' tensors are the emulator's, not the program's
-                mem.restore_peaks(*peaks[0])
-                mem.oom = peaks[1]
 
     def _oom(self) -> bool:
         mem = self.recorder.memory
@@ -288,19 +190,12 @@ class Session:
             unsupported_ops=dict(rec.unsupported), placeholders=dict(rec.placeholders),
             real_value_reads=rec.real_reads, eager_fallbacks=dict(self.eager_fallbacks), wall_s=wall,
             iteration_wall_s=rec.iteration_wall_s, iteration_cpu_s=rec.iteration_cpu_s,
-            host_gap_baseline_s=getattr(self, "host_gap_baseline_s", {}),
-            host_gap_price_samples=getattr(self, "host_gap_price_samples", []),
+            host_gap_baseline_s=self.pricing.charged, host_gap_price_samples=self.pricing.samples,
             host_speed=getattr(self, "host_speed", None),
             fast_path={"hits": rec.fast_hits, "signatures": len(rec._out_specs)}))
 
 
 _HOST_SPEED_RUN = {"repeats": 3, "steps": 10}  # ~0.1 s each time rank 0 measures (hardware inventories take longer)
-
-
-def _steady_median(gaps: list[float], calls: int) -> float:
-    """Median of a calibration loop's gaps after its first third (warm-up, the fast path kicking in)."""
-    steady = sorted(gaps[calls // 3:calls])
-    return steady[len(steady) // 2] if steady else 0.0
 
 
 class _ProgramFailed(Exception):

@@ -1,1 +1,6 @@
-"""collate."""
+"""Collate: an emulation folder as every rank's program (views of the emulated ranks' traces), checked
+for collectives that would hang.
+
+    job.py    read, index (RepTrace), expand deduplicated ranks (RankView), the CollatedJob
+    hangs.py  every group member issued the same collectives, every send has its receive
+"""

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.collate.job import CollatedJob as Job
+from emulator.collate.job import CollatedJob
 
 
-def quotient(job: Job, durations: list[np.ndarray]) -> tuple[list[int], list[int]] | None:
+def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], list[int]] | None:
     """(class representative ranks, class index of every rank), or None if classes are not provably exact."""
     world = job.world_size
     cls: list[int] = [0] * world

@@ -44,8 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from emulator.collate.hangs import HangIssue, HangReport
-from emulator.collate.job import CollatedJob as Job
-from emulator.collate.job import RankView
+from emulator.collate.job import CollatedJob, RankView
 from emulator.simulate import events as ev
 from emulator.simulate.streams import (
     Collective,
@@ -110,7 +109,7 @@ class _RankState:
 class SimResult:
     """Start/end of every row of every rank, the collectives that ran, and a hang report if any."""
 
-    job: Job
+    job: CollatedJob
     start: list[np.ndarray]
     end: list[np.ndarray]
     host_end: list[float]
@@ -120,7 +119,7 @@ class SimResult:
 
 
 class Simulator:
-    def __init__(self, job: Job, durations: list[np.ndarray], launch_overhead_s: float = 4e-6,
+    def __init__(self, job: CollatedJob, durations: list[np.ndarray], launch_overhead_s: float = 4e-6,
                  only: list[int] | None = None, synchronous: bool = False):
         """`only`: simulate these ranks (class representatives, see `classes.quotient`); a collective then
         expects one arrival per simulated member. `synchronous`: the device runs each op on the host's
@@ -390,7 +389,7 @@ class Simulator:
         return HangReport(issues=issues[:10], total=len(issues))
 
 
-def simulate(job: Job, durations: list[np.ndarray], launch_overhead_s: float = 4e-6,
+def simulate(job: CollatedJob, durations: list[np.ndarray], launch_overhead_s: float = 4e-6,
              classes: bool | None = None, synchronous: bool = False) -> SimResult:
     """Run the discrete-event simulation of `job` with per-rank, per-row durations (seconds).
 
