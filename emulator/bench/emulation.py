@@ -13,24 +13,20 @@ Per-iteration times come from the example scripts' own step lines ("step N: ... 
 program's wall time per step while emulated: the mean of the steps after the first (which
 runs every fake kernel once); GPT-2 small runs six steps, so five are averaged. Every benchmark runs
 the real CLI code path (`run_emulation`), writes under `--out`, and the figures are also saved to
-`OUT/bench.json`. Simulation benchmarks belong in this file too: add a function and list it in
-BENCHMARKS.
+`OUT/bench.json`.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.compute as pc
-from rich.console import Console
-from rich.table import Table
 
 from emulator.launch.emulate import run_emulation
-from emulator.trace.io import read_rank_trace, write_json
+from emulator.trace.io import read_rank_trace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 _STEP = re.compile(r"^step (\d+): .*?(\d+) ms", re.M)
@@ -54,8 +50,8 @@ def _emulate(name: str, out_root: Path, script: str, argv: list[str], nproc: int
     summary = run_emulation(script=str(EXAMPLES / script), module=None, argv=argv, gpu="h100", nproc_per_node=nproc,
                             nnodes=nnodes, out=out, dedup=True)
     wall = time.perf_counter() - t0
-    if not summary.get("ok"):
-        raise RuntimeError(f"{name}: emulation failed: {summary.get('error') or summary.get('oom_message')}")
+    if not summary.ok:
+        raise RuntimeError(f"{name}: emulation failed: {summary.error or summary.oom_message}")
     return {"out": out, "summary": summary, "wall_s": wall}
 
 
@@ -75,8 +71,8 @@ def bench_llama3_8b_fsdp2(out_root: Path) -> dict:
                    ["--model", "llama3-8b", "--batch-size", "1", "--ac", "--steps", "2"], nproc=8)
     s = run["summary"]
     per_iter = _steady(_step_seconds(run["out"]))
-    return {"s_per_iteration": per_iter, "ranks_emulated": len(s["ranks_emulated"]), "world_size": s["world_size"],
-            "peak_reserved_gib": max(int(v) for v in s["peak_reserved_bytes"].values()) / 2**30,
+    return {"s_per_iteration": per_iter, "ranks_emulated": len(s.ranks_emulated), "world_size": s.world_size,
+            "peak_reserved_gib": max(int(v) for v in s.peak_reserved_bytes.values()) / 2**30,
             "emulation_wall_s": run["wall_s"], "target": "<= 60 s per iteration",
             "meets_target": bool(per_iter is not None and per_iter <= 60)}
 
@@ -85,7 +81,7 @@ def bench_three_d_64(out_root: Path) -> dict:
     run = _emulate("three_d_64", out_root, "pipeline.py",
                    ["--pp", "4", "--tp", "2", "--layers", "4", "--batch-size", "4", "--steps", "2"], nproc=8, nnodes=8)
     s = run["summary"]
-    return {"world_size": s["world_size"], "ranks_emulated": len(s["ranks_emulated"]),
+    return {"world_size": s.world_size, "ranks_emulated": len(s.ranks_emulated),
             "emulation_wall_s": run["wall_s"], "target": "<= 120 s in total",
             "meets_target": run["wall_s"] <= 120}
 
@@ -95,40 +91,3 @@ BENCHMARKS: dict[str, Callable[[Path], dict]] = {
     "llama3_8b_fsdp2": bench_llama3_8b_fsdp2,
     "three_d_64": bench_three_d_64,
 }
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:,.2f}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    return str(v)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m emulator.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--only", action="append", choices=sorted(BENCHMARKS), help="run just these (repeatable)")
-    p.add_argument("--out", type=Path, default=Path("out-bench"), help="where the emulations write")
-    args = p.parse_args(argv)
-    console = Console()
-    results: dict[str, dict] = {}
-    for name in args.only or list(BENCHMARKS):
-        console.rule(name)
-        try:
-            results[name] = BENCHMARKS[name](args.out)
-        except Exception as e:  # noqa: BLE001 - one failing benchmark must not hide the others
-            results[name] = {"error": str(e), "meets_target": False}
-    table = Table(title="maya benchmarks (this machine)")
-    for col in ("benchmark", "figure", "value"):
-        table.add_column(col)
-    for name, figures in results.items():
-        for key, value in figures.items():
-            table.add_row(name, key, _fmt(value))
-    console.print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "bench.json", results)
-    return 0 if all(r.get("meets_target") for r in results.values()) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

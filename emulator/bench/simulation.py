@@ -74,21 +74,16 @@ def _bench_1024_ranks(iterations: int = 2, all_ranks: bool = False) -> dict:
                        f"trace build {build:.2f} s not counted); predicted {tm.iteration_time_s * 1e3:.1f} ms")
 
 
-def simulation_benchmarks(all_ranks: bool = False) -> list[dict]:
-    """Run the simulation benchmarks; each result: name, wall_s (per simulated iteration), limit_s, ok, detail
-    (`all_ranks=True` also times the 1,024-rank job simulated rank by rank, without classes)."""
-    return [_bench_8_ranks(), _bench_1024_ranks(all_ranks=all_ranks)]
+def bench_sim_8_ranks(out_root: Path) -> dict:
+    r = _bench_8_ranks()
+    return {"s_per_iteration": r["wall_s"], "detail": r["detail"], "target": "<= 2 s per iteration",
+            "meets_target": r["ok"]}
 
 
-def main() -> None:  # pragma: no cover - a reporting entry point
-    import sys
-
-    for r in simulation_benchmarks(all_ranks="--all-ranks" in sys.argv):
-        print(f"{r['name']:<20} {r['wall_s']:8.2f} s / iteration (limit {r['limit_s']:.0f} s) "
-              f"{'ok' if r['ok'] else 'TOO SLOW'}  {r['detail']}"
-              + (f"; engine rank by rank {r['engine_all_ranks_s']:.2f} s / iteration" if "engine_all_ranks_s" in r
-                 else ""))
+def bench_sim_1024_ranks(out_root: Path) -> dict:
+    r = _bench_1024_ranks()
+    return {"s_per_iteration": r["wall_s"], "detail": r["detail"], "target": "<= 60 s per iteration",
+            "meets_target": r["ok"]}
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+BENCHMARKS = {"sim_8_ranks": bench_sim_8_ranks, "sim_1024_ranks_3d": bench_sim_1024_ranks}

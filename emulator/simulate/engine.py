@@ -36,6 +36,7 @@ ranks once (`simulate.classes`), which is what keeps a 1,024-rank job in seconds
 
 from __future__ import annotations
 
+import gc
 import heapq
 import time
 from collections import defaultdict, deque
@@ -49,7 +50,6 @@ from emulator.simulate import events as ev
 from emulator.simulate.streams import (
     Collective,
     CollectiveKey,
-    Kernel,
     MessageKey,
     P2PWaitKey,
     Record,
@@ -57,6 +57,10 @@ from emulator.simulate.streams import (
     Wait,
 )
 from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS
+
+# The stream items and keys are NamedTuples; built with tuple.__new__ they skip NamedTuple's Python-level
+# __new__ (the same object, several times cheaper: the engine builds millions of them).
+_new = tuple.__new__
 
 
 class _Stream:
@@ -70,7 +74,7 @@ class _Stream:
 
 
 class _RankState:
-    __slots__ = ("view", "rep", "dur", "start", "end", "pos", "host_t", "streams", "tok", "waiters",
+    __slots__ = ("view", "rep", "dur", "start", "end", "issue", "pos", "host_t", "streams", "tok", "waiters",
                  "host_wait", "pending_async", "unwaited", "event_tok", "sends", "recvs", "done", "cur_iter",
                  "prev_phase")
 
@@ -79,6 +83,7 @@ class _RankState:
         self.view, self.rep, self.dur = view, view.rep, dur
         self.start = np.zeros(n)
         self.end = np.zeros(n)
+        self.issue = [0.0] * n  # when the host launched each kernel row
         self.pos = 0
         self.host_t = 0.0
         self.streams: dict = {}
@@ -144,8 +149,16 @@ class Simulator:
         for rs in self.ranks:
             heapq.heappush(self.heap, ev.host_step(0.0, rs.view.rank))
         heap = self.heap
-        while heap:
-            heapq.heappop(heap).handle(self)
+        # The run allocates millions of small stream items and keys and makes no reference cycles: the
+        # cyclic collector would only rescan them, over and over (tuple subclasses are never untracked).
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            while heap:
+                heapq.heappop(heap).handle(self)
+        finally:
+            if gc_was_on:
+                gc.enable()
         hang = self._hang_report()
         return SimResult(job=self.job, start=[r.start for r in self.ranks], end=[r.end for r in self.ranks],
                          host_end=[r.host_t for r in self.ranks], collectives=self.collectives, hang=hang,
@@ -158,9 +171,10 @@ class Simulator:
         while items:
             it = items[0]
             t = type(it)
-            if t is Kernel:
-                row = it.row
-                s = q.free if q.free > it.issue else it.issue
+            if t is int:  # a kernel: its row; the host left its launch time in `issue`
+                row = it
+                issued = rs.issue[row]
+                s = q.free if q.free > issued else issued
                 e = s + rs.dur[row]
                 rs.start[row] = s
                 rs.end[row] = e
@@ -240,7 +254,7 @@ class Simulator:
     def _wait_for_stream(self, rs: _RankState, stream) -> bool:
         """The host waits for everything queued on `stream` so far; True if it must stop for now."""
         tok = rs.new_token()
-        self._push(rs, stream, Record(tok))
+        self._push(rs, stream, _new(Record, (tok,)))
         return self._block_host(rs, [tok])
 
     def run_host(self, rs: _RankState) -> None:
@@ -264,7 +278,7 @@ class Simulator:
             if rs.unwaited and (iters[pos] != rs.cur_iter or (phases[pos] == "optimizer"
                                                                and rs.prev_phase != "optimizer")):
                 for tok in rs.unwaited:  # async comm never waited for: joined at the step / iteration end
-                    self._push(rs, sk, Wait(tok))
+                    self._push(rs, sk, _new(Wait, (tok,)))
                 rs.unwaited.clear()
             rs.cur_iter, rs.prev_phase = iters[pos], phases[pos]
             rs.host_t += gaps[pos]
@@ -273,7 +287,8 @@ class Simulator:
                     rs.start[pos] = rs.end[pos] = rs.host_t
                     continue
                 rs.host_t += self.launch
-                self._push(rs, sk, Kernel(pos, rs.host_t))
+                rs.issue[pos] = rs.host_t
+                self._push(rs, sk, pos)
                 if (rep.blocking[pos] or self.synchronous) and self._wait_for_stream(rs, sk):
                     return
                 continue
@@ -286,20 +301,20 @@ class Simulator:
             elif k == "event_record":
                 tok = rs.new_token()
                 rs.event_tok[rep.event_id[pos]] = tok
-                self._push(rs, sk, Record(tok))
+                self._push(rs, sk, _new(Record, (tok,)))
             elif k == "event_wait":
                 g, seq = view.group.get(pos), rep.coll_seq[pos]
                 if g is not None and seq is not None:
                     wf = rep.waits_for[pos]
-                    key = P2PWaitKey(g, seq, view.peer.get(pos), wf) if wf in ("send", "recv") \
-                        else CollectiveKey(g, seq)
+                    key = _new(P2PWaitKey, (g, seq, view.peer.get(pos), wf)) if wf in ("send", "recv") \
+                        else _new(CollectiveKey, (g, seq))
                     tok = rs.pending_async.pop(key, None)
                     if tok is not None:
                         rs.unwaited.pop(tok, None)
                 else:
                     tok = rs.event_tok.get(rep.event_id[pos])
                 if tok is not None:
-                    self._push(rs, sk, Wait(tok))
+                    self._push(rs, sk, _new(Wait, (tok,)))
             elif k == "stream_sync":
                 if self._wait_for_stream(rs, sk):
                     return
@@ -307,7 +322,7 @@ class Simulator:
                 toks = []
                 for key in list(rs.streams):
                     tok = rs.new_token()
-                    self._push(rs, key, Record(tok))
+                    self._push(rs, key, _new(Record, (tok,)))
                     toks.append(tok)
                 if self._block_host(rs, toks):
                     return
@@ -315,7 +330,7 @@ class Simulator:
             toks = list(rs.unwaited)
             rs.unwaited.clear()
             for tok in toks:
-                self._push(rs, streams[n - 1] if n else 0, Wait(tok))
+                self._push(rs, streams[n - 1] if n else 0, _new(Wait, (tok,)))
         rs.done = True
 
     def _issue_comm(self, rs: _RankState, view: RankView, pos: int, sk, world: int) -> None:
@@ -324,40 +339,40 @@ class Simulator:
         if rep.kind[pos] == "collective":
             members = view.group_ranks.get(pos) or range(world)
             expected = len(members) if self.present is None else sum(1 for m in members if m in self.present)
-            item = Collective(pos, rs.host_t, CollectiveKey(g, seq), expected)
+            item = _new(Collective, (pos, rs.host_t, _new(CollectiveKey, (g, seq)), expected))
             if not rep.async_op[pos]:
                 self._push(rs, sk, item)
                 return
-            comm_key = SideStream("comm", g)
+            comm_key = _new(SideStream, ("comm", g))
         else:
             peer = view.peer.get(pos)
             if rep.collective[pos] == "send":
-                key = MessageKey(view.rank, peer, rs.sends[peer])
+                key = _new(MessageKey, (view.rank, peer, rs.sends[peer]))
                 rs.sends[peer] += 1
-                comm_key = SideStream("send", peer)
+                comm_key = _new(SideStream, ("send", peer))
             else:
-                key = MessageKey(peer, view.rank, rs.recvs[peer])
+                key = _new(MessageKey, (peer, view.rank, rs.recvs[peer]))
                 rs.recvs[peer] += 1
-                comm_key = SideStream("recv", peer)
-            item = Collective(pos, rs.host_t, key, 2)
+                comm_key = _new(SideStream, ("recv", peer))
+            item = _new(Collective, (pos, rs.host_t, key, 2))
         ready_tok, done_tok = rs.new_token(), rs.new_token()
-        self._push(rs, sk, Record(ready_tok))
-        self._push(rs, comm_key, Wait(ready_tok))
+        self._push(rs, sk, _new(Record, (ready_tok,)))
+        self._push(rs, comm_key, _new(Wait, (ready_tok,)))
         self._push(rs, comm_key, item)
-        self._push(rs, comm_key, Record(done_tok))
+        self._push(rs, comm_key, _new(Record, (done_tok,)))
         if rep.kind[pos] == "p2p":
             coll = rep.collective[pos]
             if not rep.async_op[pos] or (coll == "recv" and not rep.p2p_waits):
                 # a sync p2p returns when done; without recorded p2p waits (older traces) a received buffer is
                 # taken to be consumed by the issuing stream's next op, as pipeline schedules do
-                self._push(rs, sk, Wait(done_tok))
+                self._push(rs, sk, _new(Wait, (done_tok,)))
                 return
             if rep.p2p_waits and g is not None and seq is not None:
-                rs.pending_async[P2PWaitKey(g, seq, view.peer.get(pos), coll)] = done_tok
+                rs.pending_async[_new(P2PWaitKey, (g, seq, view.peer.get(pos), coll))] = done_tok
             rs.unwaited[done_tok] = True
             return
         if g is not None and seq is not None:
-            rs.pending_async[CollectiveKey(g, seq)] = done_tok
+            rs.pending_async[_new(CollectiveKey, (g, seq))] = done_tok
         rs.unwaited[done_tok] = True
 
     # -- hangs --------------------------------------------------------------------------------------

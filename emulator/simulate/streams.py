@@ -1,7 +1,8 @@
 """What sits on a simulated stream, and the keys that match collectives and messages across ranks.
 
 Stream items, in FIFO order on one stream of one rank:
-- `Kernel`: a device op (kernel, memset, memcpy) of trace row `row`, launched by the host at `issue`;
+- a plain `int`: a device op (kernel, memset, memcpy), its trace row; the host's launch time is in the
+  rank's `issue` list (kernels are most of the items, and an int is the cheapest item there is);
 - `Record`: resolves `token` with the time the stream's prior work ends (an event record, a sync point);
 - `Wait`: holds the stream until `token` is resolved (an event wait, a collective's completion);
 - `Collective`: trace row `row` joins the collective or message `key` with `expected` arrivals.
@@ -16,11 +17,6 @@ Keys are small named tuples (hashable like tuples, so dict lookups stay C-speed)
 from __future__ import annotations
 
 from typing import NamedTuple
-
-
-class Kernel(NamedTuple):
-    row: int
-    issue: float
 
 
 class Record(NamedTuple):
