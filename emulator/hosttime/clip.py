@@ -9,8 +9,8 @@ import numpy as np
 
 _LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
 
-SPIKE_FACTOR = 3.0  # a host gap above this many times its class median is a measurement spike
-SPIKE_MIN_CLASS = 4  # classes smaller than this keep their gaps as measured
+SPIKE_FACTOR = 3.0  # a host gap above this many times its call site's median is a measurement spike
+SPIKE_MIN_SITE = 4  # call sites seen fewer times keep their gaps as measured
 
 
 def clip_spikes(ops: list[str], phases: list, modules: list, gaps: list[float]) -> list[float]:
@@ -18,19 +18,19 @@ def clip_spikes(ops: list[str], phases: list, modules: list, gaps: list[float]) 
 
     Why: gaps are process CPU time, and on a busy or virtualised machine a call now and then is
     charged for time the process did not run (the hypervisor took the core, the kernel counted it
-    as ours): single gaps of 50-100 ms among neighbours of 100 us. The same op at the same place
-    of every layer and iteration does the same host work, so such an outlier is the machine, not
-    the program. Class = (op, phase, module path with layer indices dropped); a gap above
-    `SPIKE_FACTOR` x its class median is cut to that bound. Classes of fewer than
-    `SPIKE_MIN_CLASS` rows (the data loader's gap before the first op, logging, a checkpoint)
+    as ours): a single gap of tens of milliseconds among neighbours of a hundred microseconds. The
+    same op at the same place of every layer and iteration does the same host work, so such an
+    outlier is the machine, not the program. Call site = (op, phase, module path with layer indices dropped); a gap above
+    `SPIKE_FACTOR` x its call site's median is cut to that bound. Call sites of fewer than
+    `SPIKE_MIN_SITE` rows (the data loader's gap before the first op, logging, a checkpoint)
     are left alone: a one-off host cost is real.
     """
-    classes: dict[tuple, list[int]] = defaultdict(list)
+    sites: dict[tuple, list[int]] = defaultdict(list)
     for i, (op, ph, mod) in enumerate(zip(ops, phases, modules, strict=True)):
-        classes[(op, ph, _LAYER_INDEX.sub(".#", mod or ""))].append(i)
+        sites[(op, ph, _LAYER_INDEX.sub(".#", mod or ""))].append(i)
     out = list(gaps)
-    for rows in classes.values():
-        if len(rows) < SPIKE_MIN_CLASS:
+    for rows in sites.values():
+        if len(rows) < SPIKE_MIN_SITE:
             continue
         bound = SPIKE_FACTOR * float(np.median([gaps[i] for i in rows]))
         for i in rows:

@@ -17,9 +17,9 @@ stage, say), so emulating every rank wastes 99 % of the time. How roles are foun
    differs and the group has 4+ members, a second interior member is probed: if the two
    interior members agree, only the ends of the group are special (FSDP's last rank holds the
    padded shard), and the interior is one class.
-4. A rank's *class* is its tuple of positions along the significant partitions. One
-   representative per class is emulated (an already emulated rank other than 0 when possible,
-   else the highest), and every rank maps to its class representative (`rank_map`).
+4. A rank's *role* is its tuple of positions along the significant partitions. One
+   representative per role is emulated (an already emulated rank other than 0 when possible,
+   else the highest), and every rank maps to its role's representative (`rank_map`).
 5. Optionally `verify` K random non-representatives: emulate them and check their hash equals
    their representative's; a mismatch is reported (and the rank keeps its own trace).
 
@@ -84,9 +84,9 @@ def boundary_position(p: Partition, rank: int) -> int:
     return 0 if pos == 0 else (2 if pos == p.size - 1 else 1)
 
 
-def classes(world_size: int, parts: list[Partition], significant: list[bool],
+def role_keys(world_size: int, parts: list[Partition], significant: list[bool],
             boundary: list[bool] | None = None) -> dict[int, tuple]:
-    """rank -> class key (its positions along the significant partitions; ends vs interior for boundary ones)."""
+    """rank -> role key (its positions along the significant partitions; ends vs interior for boundary ones)."""
     boundary = boundary or [False] * len(parts)
     sig = [(p, b) for p, s, b in zip(parts, significant, boundary, strict=True) if s]
     return {r: tuple(boundary_position(p, r) if b else p.position(r) for p, b in sig) for r in range(world_size)}
@@ -105,7 +105,7 @@ class DedupResult:
         boundary = self.boundary or [False] * len(self.partitions)
         return {"partitions": [dict(p.to_json(), significant=s, ends_only=b)
                                for p, s, b in zip(self.partitions, self.significant, boundary, strict=True)],
-                "classes": len(set(self.rank_map.values())), "emulated": len(self.emulated),
+                "roles": len(set(self.rank_map.values())), "emulated": len(self.emulated),
                 "mismatches": self.mismatches}
 
 
@@ -167,7 +167,7 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
     first_probe = dict(probe_list)
     for i, r in inner:
         boundary[i] = _hash(done[r]) == _hash(done[first_probe[i]])
-    keys = classes(world_size, parts, significant, boundary)
+    keys = role_keys(world_size, parts, significant, boundary)
     rep_of_class: dict[tuple, int] = {}
     # Representatives: ranks already emulated first, highest first (again: low ranks are the ones
     # that tend to log), never rank 0 unless it is alone in its class.

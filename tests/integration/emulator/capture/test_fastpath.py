@@ -1,34 +1,7 @@
-"""The emulator's signature cache (emulator.capture.fastpath) and the process-CPU host clock."""
+"""The signature cache (emulator.capture.fastpath) in a worker: the same trace either way; the host clock."""
 
-import pytest
-import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tests.programs.harness import run_worker
-
-aten = torch.ops.aten
-
-
-@pytest.fixture(scope="module")
-def mode():
-    return FakeTensorMode(allow_non_fake_inputs=True)
-
-
-def _fake(mode, *shape, dtype=torch.float32):
-    return mode.from_tensor(torch.empty(*shape, dtype=dtype))
-
-
-def _same_meta(a, b):
-    assert type(a) is type(b)
-    if isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            _same_meta(x, y)
-    elif isinstance(a, torch.Tensor):
-        assert (a.shape, a.stride(), a.dtype, a.storage_offset(), a.device) == \
-            (b.shape, b.stride(), b.dtype, b.storage_offset(), b.device)
-    else:
-        assert a == b
 
 
 def _run(tmp_path, name, monkeypatch, fast, program="tiny_train.py", *args):

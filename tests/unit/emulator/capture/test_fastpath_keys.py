@@ -5,7 +5,6 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from emulator.capture import fastpath
-from tests.programs.harness import run_worker
 
 aten = torch.ops.aten
 
@@ -80,10 +79,5 @@ def test_real_tensors_and_metadata_mutations_take_the_exact_path(mode):
     with mode:
         aten.t_.default(x)
     assert not fastpath.same_inputs(key, aten.t_.default, (x,), {})  # changed its input's strides
-
-
-def _run(tmp_path, name, monkeypatch, fast, program="tiny_train.py", *args):
-    monkeypatch.setenv("MAYA_EMULATOR_FASTPATH", "1" if fast else "0")
-    return run_worker(program, tmp_path / name, *args)
 
 
