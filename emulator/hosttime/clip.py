@@ -20,8 +20,8 @@ def clip_spikes(ops: list[str], phases: list, modules: list, gaps: list[float]) 
     charged for time the process did not run (the hypervisor took the core, the kernel counted it
     as ours): a single gap of tens of milliseconds among neighbours of a hundred microseconds. The
     same op at the same place of every layer and iteration does the same host work, so such an
-    outlier is the machine, not the program. Call site = (op, phase, module path with layer indices dropped); a gap above
-    `SPIKE_FACTOR` x its call site's median is cut to that bound. Call sites of fewer than
+    outlier is the machine, not the program. Call site = (op, phase, module path with layer
+    indices dropped); a gap above `SPIKE_FACTOR` x its call site's median is cut to that bound. Call sites of fewer than
     `SPIKE_MIN_SITE` rows (the data loader's gap before the first op, logging, a checkpoint)
     are left alone: a one-off host cost is real.
     """
