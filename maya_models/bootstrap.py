@@ -34,7 +34,7 @@ def ensure_predictors(gpu: str = "h100", *, root=None, force: bool = False, log=
 
             imp = import_reference(root)
             log(f"imported {imp['rows']} reference measurements into the warehouse")
-        data = training_rows(root)
+        data = training_rows(root, include_sustained=True)
         for kind in todo:
             log(f"training {kind} predictor for {gpu} ...")
             if kind == "kernels":

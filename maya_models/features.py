@@ -134,8 +134,30 @@ def _row_features(op, shapes, dtypes, strides, args, out_shapes, out_dtypes, spe
     return f
 
 
+# The conditions a row was timed under (maya_models.schema TIMINGS, IMPLEMENTATIONS), as features: a
+# predictor learns how far a profiler trace of a running program sits from an isolated microbenchmark,
+# and another kernel library from PyTorch's own, from the rows that have both. A trace row is in situ
+# (what a training step runs) and PyTorch's own kernel.
+IMPLEMENTATION_CODES = {None: 0.0, "": 0.0, "fa2": 0.0, "trtllm_fmha": 1.0, "fa3": 2.0}
+
+
+def condition_features(df: pd.DataFrame) -> pd.DataFrame:
+    """`in_situ` and `impl_code` of every row (trace rows: 1 and 0)."""
+    from maya_models.schema import IN_SITU_TIMINGS
+
+    n = len(df)
+    timing = df["timing"].tolist() if "timing" in df.columns else [None] * n
+    impl = df["implementation"].tolist() if "implementation" in df.columns else [None] * n
+    return pd.DataFrame({
+        "in_situ": [1.0 if t is None or (isinstance(t, float) and math.isnan(t)) or t in IN_SITU_TIMINGS else 0.0
+                    for t in timing],
+        "impl_code": [IMPLEMENTATION_CODES.get(i if isinstance(i, str) else None, 0.0) for i in impl],
+    }, index=df.index)
+
+
 def featurize(df: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
-    """Numeric features of every row of `df` (op-signature columns) on `spec`; index preserved."""
+    """Numeric features of every row of `df` (op-signature columns, and the timing conditions when given)
+    on `spec`; index preserved."""
     cols = df.columns
     get = {c: (df[c].tolist() if c in cols else [None] * len(df)) for c in
            ("op", "shapes", "dtypes", "strides", "args", "out_shapes", "out_dtypes")}
@@ -146,7 +168,7 @@ def featurize(df: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
                                   as_list(get["strides"][i]), _args_json(get["args"][i]),
                                   as_list(get["out_shapes"][i]), [str(d) for d in as_list(get["out_dtypes"][i])],
                                   spec))
-    out = pd.DataFrame(rows, index=df.index)
+    out = pd.concat([pd.DataFrame(rows, index=df.index), condition_features(df)], axis=1)
     return out.astype(np.float64)
 
 

@@ -13,6 +13,7 @@ family) plus one `<family>.ubj` XGBoost booster per learned family.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from emulator.core.hardware import get_gpu
-from emulator.core.ops import op_family
-from emulator.core.roofline import roofline_durations
+from emulator.core.ops import as_list, op_family
+from emulator.core.roofline import TENSOR_CORE_FAMILIES, compute_share, roofline_durations, row_dtype
 from maya_models.features import featurize
 
 LEARNED, FALLBACK = "learned", "fallback"
@@ -31,6 +32,9 @@ LEARNED, FALLBACK = "learned", "fallback"
 XGB_THREADS = int(os.environ.get("MAYA_XGB_THREADS", "1"))
 KERNEL_KINDS = ("kernel", "memset")
 MAX_LOG_RATIO = 6.0  # a learned correction never moves the roofline by more than e^6 either way
+EXTRAPOLATION = 4.0  # how far past its largest training row a family model is trusted (flops and bytes)
+# the sustained measurement a dtype's kernels follow: fp16 runs on the same tensor cores at the same rate as bf16
+SUSTAINED_DTYPE = {"float16": "bfloat16", "float8_e5m2": "float8_e4m3fn"}
 
 XGB_PARAMS = {"objective": "reg:squarederror", "eta": 0.15, "max_depth": 8, "subsample": 0.85,
               "colsample_bytree": 0.85, "min_child_weight": 2.0, "tree_method": "hist", "max_bin": 128,
@@ -46,6 +50,14 @@ class FamilyModel:
     trained_on: str  # "own" (this GPU's measurements) or "cross-gpu: a100-80gb, l40s, ..."
     rows: int
     bias: float = 0.0
+    # the largest work it was trained on: a row several times past both is outside what it learned, and the
+    # roofline (labelled fallback) answers it instead of an extrapolated ratio
+    max_flops: float = math.inf
+    max_bytes: float = math.inf
+
+    def covers(self, X: pd.DataFrame) -> np.ndarray:
+        return (X["flops"].to_numpy() <= EXTRAPOLATION * self.max_flops) & \
+            (X["bytes"].to_numpy() <= EXTRAPOLATION * self.max_bytes)
 
     def log_ratio(self, X: pd.DataFrame) -> np.ndarray:
         import xgboost as xgb
@@ -70,21 +82,39 @@ class KernelPredictor:
 
         dtrain = xgb.DMatrix(X.values, label=y_log_ratio, feature_names=list(X.columns))
         booster = xgb.train({**XGB_PARAMS, **(params or {})}, dtrain, num_boost_round=num_rounds)
-        return FamilyModel(family, booster, list(X.columns), trained_on, int(len(X)))
+        return FamilyModel(family, booster, list(X.columns), trained_on, int(len(X)), 0.0,
+                           float(X["flops"].max()), float(X["bytes"].max()))
 
     # -- prediction ----------------------------------------------------------------------------
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
-        """duration_s and source for every row of a frame of trace rows (emulator contract)."""
+        """duration_s, source and adjustment_s for every row of a frame of trace rows (emulator contract).
+
+        Rows without a `timing` column (trace rows) are what a training step runs: learned tensor-core
+        times are brought to the part's sustained clock (`sustained_factors`), and `adjustment_s` says
+        how much that added. Rows with a `timing` (measurements, `make evaluate`) are predicted as timed."""
+        out, source, X, learned = self._predict_reference(df)
+        adjustment = np.zeros(len(out))
+        if len(out) and learned.any():
+            factor = self.sustained_factors(df, X, learned)
+            adjustment = out * (factor - 1.0)
+            out = out + adjustment
+        return pd.DataFrame({"duration_s": out.astype(np.float64), "source": source.astype(str),
+                             "adjustment_s": adjustment.astype(np.float64)})
+
+    def _predict_reference(self, df: pd.DataFrame):
+        """(durations, sources, features of the learned rows, learned mask) under the conditions the
+        measurements were taken in."""
         spec = get_gpu(self.gpu)
         df = df.reset_index(drop=True)
         n = len(df)
         out = np.full(n, np.nan)
         source = np.array([FALLBACK] * n, dtype=object)
         if n == 0:
-            return pd.DataFrame({"duration_s": pd.Series(dtype=float), "source": pd.Series(dtype=object)})
+            return out, source, None, np.zeros(0, dtype=bool)
         kinds = df["kind"].astype(str).to_numpy() if "kind" in df.columns else np.array(["kernel"] * n)
         fams = np.array([op_family(str(o)) for o in df["op"]], dtype=object)
         learned = np.array([k in KERNEL_KINDS and f in self.families for k, f in zip(kinds, fams, strict=True)])
+        X = None
         if learned.any():
             sub = df[learned]
             X = featurize(sub, spec)
@@ -93,17 +123,64 @@ class KernelPredictor:
             sub_fams = fams[learned]
             for fam in np.unique(sub_fams):
                 m = sub_fams == fam
-                r = np.clip(self.families[fam].log_ratio(X[m]), -MAX_LOG_RATIO, MAX_LOG_RATIO)
-                pred[m] = roof[m] * np.exp(r)
+                model = self.families[fam]
+                r = np.clip(model.log_ratio(X[m]), -MAX_LOG_RATIO, MAX_LOG_RATIO)
+                pred[m] = np.where(model.covers(X[m]), roof[m] * np.exp(r), np.nan)
             idx = np.flatnonzero(learned)
             ok = np.isfinite(pred) & (pred > 0)
             out[idx[ok]] = pred[ok]
             source[idx[ok]] = LEARNED
+            learned = learned.copy()
+            learned[idx[~ok]] = False
+            X = X[ok]
         rest = ~np.isfinite(out) | (out <= 0)
         if rest.any():
             out[rest] = roofline_durations(_with_flops(df[rest]), spec)
             source[rest] = FALLBACK
-        return pd.DataFrame({"duration_s": out.astype(np.float64), "source": source.astype(str)})
+        return out, source, X, learned
+
+    # -- training conditions ---------------------------------------------------------------------
+    def calibrate_sustained(self, sustained: pd.DataFrame) -> dict:
+        """Compare this predictor with the part's sustained-throughput measurements (`timing == "sustained"`,
+        maya_models.reference.published: MAMF): the ratio of the measured time to the predicted one of the
+        same signature is how much slower a compute-bound kernel runs when the power limit sets the clock,
+        against the short bursts at the maximum clock most measurements are. Stored per dtype in `info`."""
+        mine = sustained[sustained["gpu"] == self.gpu] if len(sustained) else sustained
+        table = {}
+        for r in mine.to_dict("records"):
+            probe = pd.DataFrame([{k: r[k] for k in ("kind", "op", "shapes", "dtypes", "strides", "args",
+                                                     "out_shapes", "out_dtypes")}])
+            predicted, source, _, _ = self._predict_reference(probe)
+            if source[0] != LEARNED:
+                continue
+            dtype = row_dtype(r["op"], as_list(r["dtypes"]))
+            ratio = float(r["duration_s"]) / float(predicted[0])
+            table[dtype] = {"ratio": max(ratio, 1.0), "measured_s": float(r["duration_s"]),
+                            "predicted_s": float(predicted[0]), "provenance": r.get("provenance")}
+        self.info["sustained"] = table
+        return table
+
+    def sustained_factors(self, df: pd.DataFrame, X: pd.DataFrame, learned: np.ndarray) -> np.ndarray:
+        """1 + compute share x (ratio - 1) for the learned tensor-core rows of a dtype with a sustained
+        measurement, in rows that are trace rows (no `timing` column); 1 elsewhere."""
+        factor = np.ones(len(df))
+        table = self.info.get("sustained") or {}
+        if not table or "timing" in df.columns:
+            return factor
+        spec = get_gpu(self.gpu)
+        idx = np.flatnonzero(learned)
+        ops, dtypes = df["op"].tolist(), df["dtypes"].tolist() if "dtypes" in df.columns else [None] * len(df)
+        for j, i in enumerate(idx):
+            fam = op_family(str(ops[i]))
+            if fam not in TENSOR_CORE_FAMILIES:
+                continue
+            dtype = row_dtype(str(ops[i]), as_list(dtypes[i]))
+            hit = table.get(SUSTAINED_DTYPE.get(dtype, dtype))
+            if hit is None:
+                continue
+            share = compute_share(X["flops"].iloc[j], X["bytes"].iloc[j], dtype, fam, spec)
+            factor[i] = 1.0 + share * (hit["ratio"] - 1.0)
+        return factor
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: Path) -> Path:
@@ -115,7 +192,8 @@ class KernelPredictor:
             if m.booster is not None:
                 m.booster.save_model(str(path / f"{fam}.ubj"))
             meta["families"][fam] = {"features": m.features, "trained_on": m.trained_on, "rows": m.rows,
-                                     "bias": m.bias, "boosted": m.booster is not None}
+                                     "bias": m.bias, "boosted": m.booster is not None, "max_flops": m.max_flops,
+                                     "max_bytes": m.max_bytes}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
 
@@ -131,7 +209,8 @@ class KernelPredictor:
             if m.get("boosted", True):
                 b = xgb.Booster()
                 b.load_model(str(path / f"{fam}.ubj"))
-            fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0))
+            fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0),
+                                    m.get("max_flops", math.inf), m.get("max_bytes", math.inf))
         check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
 
@@ -159,7 +238,7 @@ def check_fingerprint(info: dict, where: str) -> None:
 
 def _with_flops(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with flops/bytes filled from the signature where the caller left them empty."""
-    from emulator.core.ops import as_list, flops_and_bytes
+    from emulator.core.ops import flops_and_bytes
 
     df = df.copy()
     if "flops" not in df.columns:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-MEASUREMENT_SCHEMA_VERSION = 1
+MEASUREMENT_SCHEMA_VERSION = 2
 
 _shape_list = pa.list_(pa.list_(pa.int64()))
 
@@ -51,8 +51,13 @@ MEASUREMENT_SCHEMA = pa.schema([
     pa.field("device_name", pa.string()),
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("measured_at", pa.timestamp("us", tz="UTC")),
-    pa.field("clock_mhz", pa.float64()),  # SM clock sampled around the measurement (NVML), null on CPU
+    pa.field("clock_mhz", pa.float64()),  # SM clock the measurement ran at (NVML samples, or the locked clock)
     pa.field("clock_drop", pa.bool_()),  # clock fell >10% below the run's max while timing
+    pa.field("power_w", pa.float64()),  # board power sampled while timing (NVML), null when not sampled
+    # how the time was taken (TIMINGS): conditions a training step does not share are a feature, never mixed in
+    pa.field("timing", pa.string()),
+    pa.field("implementation", pa.string()),  # the kernel library when it is not the one PyTorch runs (IMPLEMENTATIONS)
+    pa.field("evaluation_only", pa.bool_()),  # kept out of training: rows that check a correction
     pa.field("threads", pa.int32()),  # CPU threads used (CPU runs)
     pa.field("software", pa.string()),  # torch / CUDA / NCCL versions
     pa.field("provenance", pa.string()),  # repo@commit:path for public data; runner+args for maya-bench
@@ -60,6 +65,25 @@ MEASUREMENT_SCHEMA = pa.schema([
 ])
 
 MEASUREMENT_COLUMNS = [f.name for f in MEASUREMENT_SCHEMA]
+
+# How a row was timed. "Isolated" conditions run one op alone (warm-up, repeats, often CUDA-graph replay
+# and locked clocks); "in situ" ones time it where a real program ran it; "sustained" back-to-back
+# loops long enough for the clock to settle under the power limit.
+TIMINGS = {
+    "isolated_graph_locked": "CUDA-graph replay, application clocks locked at max, a few ms per shape (aiconfigurator)",
+    "isolated_events": "CUDA events around eager calls, default clocks (NeuSight, FlashAttention benchmarks)",
+    "back_to_back": "back-to-back launches after a heat soak, default clocks, no L2 flush (maya-bench on a GPU)",
+    "host_timer": "a host clock around a synchronous call (maya-bench on the CPU)",
+    "in_situ_forward": "kernel durations from a profiler trace of a model's forward pass (vidur)",
+    "in_inference": "kernel durations from a profiler trace of an inference run (TraceLens)",
+    "in_training": "kernel durations from a profiler trace of training steps (HTA)",
+    "sustained": "back-to-back iterations long enough to reach the power-limited clock (MAMF)",
+    "nccl_tests": "nccl-tests timings",
+}
+IN_SITU_TIMINGS = frozenset({"in_situ_forward", "in_inference", "in_training"})
+# Kernel libraries that differ from what PyTorch runs for the same ATen op: `scaled_dot_product_attention`'s
+# flash backend is FlashAttention-2; TensorRT-LLM's FMHA and FlashAttention-3 are other kernels.
+IMPLEMENTATIONS = ("fa2", "trtllm_fmha", "fa3")
 
 
 def signature_key(op: str, shapes, dtypes, strides, args, extra: str = "") -> str:

@@ -9,8 +9,8 @@ The functions the Dagster assets call (each returns a metadata dict):
 
 Which rows a model learns from:
 - the GPU's own measurements, per family, when there are enough (`MIN_FAMILY_ROWS`);
-- for a family this GPU has no measurements of, the other GPUs' rows of that family with the
-  hardware-spec features (cross-GPU), so e.g. H100 softmax is learned from A100/L4/T4 rows;
+- for a family this GPU has too few measurements of, those and the other GPUs' rows of that family
+  with the hardware-spec features (cross-GPU), so e.g. H100 softmax is learned from A100/L4/T4 rows;
 - a GPU with no measurements at all (a new part such as h200) gets a cross-GPU model for every
   family; `--cross-gpu` forces this even when the GPU has data (to measure generalisation);
 - a GPU with a handful of rows (fewer than `MIN_ROWS`) is refused with the reason: a model fitted
@@ -35,6 +35,7 @@ from maya_models.metrics import error_stats, eval_mask, shape_group
 
 MIN_ROWS = 20  # fewer measurements than this on a GPU: refuse (see module docstring)
 MIN_FAMILY_ROWS = 30
+MIN_OWN_FAMILY_ROWS = 500  # fewer own rows than this: the other parts' rows of the family join them
 MAX_ROWS_PER_FAMILY = 40_000  # per GPU and family; keeps a default training run in about a minute
 EVAL_ROWS_PER_FAMILY = 3_000  # per GPU and family in the fixed evaluation set
 
@@ -45,10 +46,11 @@ class InsufficientDataError(ValueError):
 
 # -- data ----------------------------------------------------------------------------------------
 
-def training_rows(root=None, data: pd.DataFrame | None = None) -> pd.DataFrame:
+def training_rows(root=None, data: pd.DataFrame | None = None, include_sustained: bool = False) -> pd.DataFrame:
     """Usable measurements: status ok, positive finite time, no clock drop, a GPU maya knows, CPU rows
-    measured on the threads one rank runs with;
-    repeated measurements of one signature on one GPU collapse to their median."""
+    measured on the threads one rank runs with, no evaluation-only rows, and sustained-throughput rows only
+    when asked (`include_sustained`: the kernel trainer compares its model with them, nothing trains on them);
+    repeated measurements of one signature on one GPU under one timing condition collapse to their median."""
     from maya_models.warehouse import read_measurements
 
     df = read_measurements(root=root) if data is None else data
@@ -60,6 +62,10 @@ def training_rows(root=None, data: pd.DataFrame | None = None) -> pd.DataFrame:
     if "threads" in df.columns:  # CPU timings depend on threads: keep those of one rank (CPU_RANK_THREADS)
         threads = pd.to_numeric(df["threads"], errors="coerce")
         keep &= threads.isna() | threads.eq(CPU_RANK_THREADS)
+    if "timing" in df.columns and not include_sustained:
+        keep &= df["timing"].fillna("").ne("sustained")
+    if "evaluation_only" in df.columns:
+        keep &= df["evaluation_only"].fillna(False).astype(bool).eq(False)
     df = df[keep].copy()
     df["duration_s"] = dur[keep]
     known = {}
@@ -70,9 +76,12 @@ def training_rows(root=None, data: pd.DataFrame | None = None) -> pd.DataFrame:
             known[g] = None
     df["gpu"] = df["gpu"].map(known)
     df = df[df["gpu"].notna()]
-    if len(df):
-        df["duration_s"] = df.groupby(["gpu", "signature"])["duration_s"].transform("median")
-        df = df.drop_duplicates(["gpu", "signature"])
+    if len(df):  # timing conditions are part of what was measured: rows of different ones never merge
+        key = ["gpu", "signature", "timing"] if "timing" in df.columns else ["gpu", "signature"]
+        if "timing" in df.columns:
+            df["timing"] = df["timing"].fillna("")
+        df["duration_s"] = df.groupby(key)["duration_s"].transform("median")
+        df = df.drop_duplicates(key)
     return df.reset_index(drop=True)
 
 
@@ -133,7 +142,7 @@ def _fit_family(family, X, y, groups, trained_on, num_rounds, params) -> FamilyM
     e_const = np.median(np.abs(np.exp(bias - y[val]) - 1))
     if e_const < e_tree:
         return FamilyModel(family, None, list(X.columns), trained_on + " (calibrated roofline)", len(X),
-                           float(np.median(y)))
+                           float(np.median(y)), float(X["flops"].max()), float(X["bytes"].max()))
     return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
 
 
@@ -162,15 +171,22 @@ def kernel_eval_set(gpu: str, root=None, data=None, cross_gpu: bool = False) -> 
     return pd.concat(parts, ignore_index=True) if parts else pool
 
 
+MIN_SCORED_ROWS = 20  # a family with fewer held-out rows is reported but does not move the score
+
+
 def kernel_scores(predictor, eval_df: pd.DataFrame) -> tuple[float, dict]:
-    """(score, per-family stats): the score is the mean over families of the median APE (lower is better)."""
+    """(score, per-family stats): the score is the mean over families of the median APE (lower is better),
+    over the families with at least MIN_SCORED_ROWS held-out rows (two rows' median says nothing)."""
     if not len(eval_df):
         return float("nan"), {}
     pred = predict_as_measured(predictor, eval_df)
     stats = {}
     for fam, idx in eval_df.reset_index(drop=True).groupby("family").groups.items():
         stats[fam] = error_stats(pred[np.asarray(idx)], eval_df["duration_s"].to_numpy()[np.asarray(idx)])
-    return float(np.mean([s["median_ape"] for s in stats.values()])), stats
+    scored = [s["median_ape"] for s in stats.values() if s["n"] >= MIN_SCORED_ROWS]
+    if not scored:
+        scored = [s["median_ape"] for s in stats.values()]
+    return float(np.mean(scored)), stats
 
 
 def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = None, cross_gpu: bool = False,
@@ -182,8 +198,9 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
 
     t0 = time.time()
     gpu = get_gpu(gpu).key
-    rows = training_rows(root, data)
-    rows = rows[rows["kind"].isin(KERNEL_KINDS)]
+    rows = training_rows(root, data, include_sustained=True)
+    sustained = rows[rows["timing"].fillna("").eq("sustained")] if "timing" in rows.columns else rows.iloc[:0]
+    rows = rows[rows["kind"].isin(KERNEL_KINDS) & ~rows.index.isin(sustained.index)]
     own = rows[rows["gpu"] == gpu]
     mode, why = _mode(gpu, own, cross_gpu, "kernel")
     others = sorted(set(_other_devices(rows, gpu)["gpu"]))
@@ -193,10 +210,12 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
     metrics, plots, importances, used = {}, {}, {}, []
     for fam in sorted(set(rows["family"])):
         own_f = own[own["family"] == fam]
-        if mode == "own" and len(own_f) >= MIN_FAMILY_ROWS:
+        if mode == "own" and len(own_f) >= MIN_OWN_FAMILY_ROWS:
             parts, trained_on = [_cap(own_f, max_rows_per_family)], "own"
-        else:
+        else:  # too few (or no) rows of this GPU: they join the other parts' rows, with the hardware features
             parts = _parts(rows, others, "family", fam, max_rows_per_family // 2)
+            if mode == "own" and len(own_f):
+                parts = [own_f, *parts]
             trained_on = "cross-gpu: " + ", ".join(sorted({p["gpu"].iloc[0] for p in parts}))
         data_f = pd.concat(parts, ignore_index=True) if parts else own_f.iloc[:0]
         if len(data_f) < MIN_FAMILY_ROWS:
@@ -225,11 +244,13 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         used.append(data_f)
     if not predictor.families:
         raise InsufficientDataError(f"no op family has {MIN_FAMILY_ROWS}+ kernel measurements for {gpu}")
+    predictor.calibrate_sustained(sustained)
     learned_rows = [m for m in metrics.values() if m["n"]]
     score = float(np.mean([m["median_ape"] for m in learned_rows])) if learned_rows else float("nan")
     snap = snapshot(pd.concat(used, ignore_index=True))
     meta = {"gpu": gpu, "kind": "kernels", "mode": mode, "why": why, "families": sorted(predictor.families),
-            "metrics": metrics, "score": score, "snapshot": snap, "train_s": round(time.time() - t0, 1)}
+            "metrics": metrics, "score": score, "snapshot": snap, "sustained": predictor.info["sustained"],
+            "train_s": round(time.time() - t0, 1)}
     if register:
         from maya_models.registry import log_and_register
 

@@ -87,6 +87,8 @@ COPY_OPS = frozenset({
     "aten::narrow_copy", "aten::repeat", "aten::masked_select", "aten::nonzero",
     "aten::slice_backward", "aten::select_backward", "aten::_unsafe_index",
 })
+# FSDP2's custom ops: copies between the sharded parameters and the all-gather / reduce-scatter buffers
+FSDP_COPY_OPS = frozenset({"fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat"})
 MEMSET_OPS = frozenset({"aten::zero_", "aten::fill_", "aten::zeros", "aten::ones", "aten::full",
                         "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_zeros",
                         "aten::new_ones", "aten::new_full", "aten::scalar_tensor"})
@@ -131,7 +133,7 @@ def op_family(op: str) -> str:
         return "embedding"
     if op.startswith(("aten::_fused_adam", "aten::_fused_sgd", "aten::_foreach_")):
         return "optimizer"
-    if op in COPY_OPS:
+    if op in COPY_OPS or op in FSDP_COPY_OPS:
         return "copy"
     if op in MEMSET_OPS:
         return "memset"
@@ -317,6 +319,8 @@ def flops_and_bytes(op: str, shapes, dtypes, out_shapes=None, out_dtypes=None, a
     if fam in ("copy", "memset", "memcpy"):
         if fam == "memset":
             return 0.0, float(out_bytes or in_bytes)
+        if op == "fsdp::all_gather_copy_in":  # reads the shards into its slice of the output; the rest is untouched
+            return 0.0, float(2 * in_bytes)
         return 0.0, float(in_bytes + out_bytes)
     if fam == "conv":
         return 0.0, float(in_bytes + out_bytes)

@@ -8,7 +8,9 @@ the models that read them.
 Input: `kind, op, shapes, dtypes, strides, args, out_shapes, out_dtypes` (list columns as JSON
 strings: MLflow signatures cannot express ragged nested lists), `flops, bytes`, and for
 collective/p2p rows `collective, coll_bytes, group_size, nnodes, gpus_per_node`.
-Output: `duration_s` (seconds, > 0) and `source` (`learned` | `fallback`).
+Output: `duration_s` (seconds, > 0) and `source` (`learned` | `fallback`); optionally `adjustment_s`, the
+seconds of `duration_s` an analytical training-condition adjustment added (maya_models.kernels: the
+sustained clock), which reports count apart.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ COMM_STRING_COLUMNS = ("collective",)
 COMM_NUMERIC_COLUMNS = ("coll_bytes", "group_size", "nnodes", "gpus_per_node")
 COMM_COLUMNS = (*COMM_STRING_COLUMNS, *COMM_NUMERIC_COLUMNS)
 OUTPUT_COLUMNS = ("duration_s", "source")
+OPTIONAL_OUTPUT_COLUMNS = ("adjustment_s",)
 LEARNED, FALLBACK = "learned", "fallback"
 
 

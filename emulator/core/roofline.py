@@ -76,18 +76,32 @@ def launch_floor(spec: GPUSpec) -> float:
     return CPU_LAUNCH_FLOOR_S if spec.is_cpu else LAUNCH_FLOOR_S
 
 
-def kernel_time(flops: float, bytes: float, dtype: str | None, family: str, spec: GPUSpec) -> float:
-    """Seconds one kernel of `family` doing `flops` and moving `bytes` takes on `spec` (roofline)."""
-    floor = launch_floor(spec)
-    if family == "memcpy":
-        return max(floor, float(bytes or 0.0) / (PCIE_EFFICIENCY * spec.pcie_bandwidth))
+def compute_and_memory_time(flops: float, bytes: float, dtype: str | None, family: str,
+                            spec: GPUSpec) -> tuple[float, float]:
+    """(seconds of arithmetic, seconds of DRAM traffic) of one kernel at the family's achievable fractions."""
     eff_c, eff_m = FAMILY_EFFICIENCY.get(family, FAMILY_EFFICIENCY["other"])
     if family in TENSOR_CORE_FAMILIES:
         peak = spec.peak_for(dtype or "float32")
     else:
         peak = spec.peak_flops["float32"]
-    t_compute = float(flops or 0.0) / (eff_c * peak)
-    t_memory = float(bytes or 0.0) / (eff_m * spec.hbm_bandwidth)
+    return float(flops or 0.0) / (eff_c * peak), float(bytes or 0.0) / (eff_m * spec.hbm_bandwidth)
+
+
+def compute_share(flops: float, bytes: float, dtype: str | None, family: str, spec: GPUSpec) -> float:
+    """How much of the kernel's time the SM clock sets: 1 when compute bound, t_compute / t_memory below the
+    ridge point (DRAM traffic does not follow the SM clock)."""
+    t_compute, t_memory = compute_and_memory_time(flops, bytes, dtype, family, spec)
+    if t_compute <= 0:
+        return 0.0
+    return 1.0 if t_compute >= t_memory else t_compute / t_memory
+
+
+def kernel_time(flops: float, bytes: float, dtype: str | None, family: str, spec: GPUSpec) -> float:
+    """Seconds one kernel of `family` doing `flops` and moving `bytes` takes on `spec` (roofline)."""
+    floor = launch_floor(spec)
+    if family == "memcpy":
+        return max(floor, float(bytes or 0.0) / (PCIE_EFFICIENCY * spec.pcie_bandwidth))
+    t_compute, t_memory = compute_and_memory_time(flops, bytes, dtype, family, spec)
     return max(floor, t_compute, t_memory)
 
 

@@ -28,12 +28,17 @@ class Predictor(ABC):
     def is_analytical(self) -> bool:
         return False
 
+    def conditions(self) -> dict:
+        """How predictions are brought to a training step's conditions (prediction.json `estimator.conditions`)."""
+        return {}
 
-def predict_unique(pred: Predictor, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Predict each distinct row once (traces repeat the same shapes thousands of times); durations and
-    sources aligned with `df`."""
+
+def predict_unique(pred: Predictor, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Predict each distinct row once (traces repeat the same shapes thousands of times); durations, sources
+    and the seconds an analytical training-condition adjustment added (`adjustment_s`, 0 where none),
+    aligned with `df`."""
     if df.empty:
-        return np.zeros(0), np.array([], dtype=object)
+        return np.zeros(0), np.array([], dtype=object), np.zeros(0)
     index: dict[tuple, int] = {}
     codes = np.empty(len(df), dtype=np.int64)
     first = []
@@ -44,4 +49,6 @@ def predict_unique(pred: Predictor, df: pd.DataFrame) -> tuple[np.ndarray, np.nd
             first.append(i)
         codes[i] = code
     out = pred.predict(df.iloc[first].reset_index(drop=True))
-    return out["duration_s"].to_numpy(dtype=float)[codes], out["source"].to_numpy(dtype=object)[codes]
+    adjusted = out["adjustment_s"].to_numpy(dtype=float) if "adjustment_s" in out.columns else np.zeros(len(out))
+    return (out["duration_s"].to_numpy(dtype=float)[codes], out["source"].to_numpy(dtype=object)[codes],
+            adjusted[codes])

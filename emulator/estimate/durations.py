@@ -16,6 +16,7 @@ import pandas as pd
 
 from emulator.collate.job import CollatedJob
 from emulator.core.hardware import GPUSpec
+from emulator.core.ops import op_family
 from emulator.core.predictor_io import FALLBACK, LEARNED, signature_frame
 from emulator.estimate.base import Predictor, predict_unique
 from emulator.estimate.roofline import NETWORK_LABEL, NetworkPredictor
@@ -28,11 +29,43 @@ class Estimates:
     time_by_source: dict[str, float] = field(default_factory=dict)  # predicted device seconds, all ranks
     kernels: str = ""
     collectives: str = ""
+    adjusted_s: float = 0.0  # device seconds (all ranks) the analytical training-condition adjustment added
+    # (op family, iteration) -> [device seconds, of which fallback, of which the adjustment], all ranks
+    by_family_iteration: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    conditions: dict = field(default_factory=dict)  # the kernel predictor's training-condition adjustment
 
     @property
     def coverage(self) -> dict[str, float]:
         total = sum(self.time_by_source.values()) or 1.0
         return {s: self.time_by_source.get(s, 0.0) / total for s in (LEARNED, FALLBACK)}
+
+    @property
+    def adjusted_share(self) -> float:
+        return self.adjusted_s / (sum(self.time_by_source.values()) or 1.0)
+
+    def family_budget(self, iterations: list[int], ranks: int) -> dict[str, dict[str, float]]:
+        """Per op family, device seconds per iteration and rank over `iterations` (steady ones), with the
+        shares timed by the fallback and added by the adjustment."""
+        out: dict[str, list[float]] = {}
+        wanted = set(iterations)
+        for (fam, it), (s, fb, adj) in self.by_family_iteration.items():
+            if it in wanted:
+                acc = out.setdefault(fam, [0.0, 0.0, 0.0])
+                acc[0] += s
+                acc[1] += fb
+                acc[2] += adj
+        n = max(len(wanted), 1) * max(ranks, 1)
+        return {fam: {"device_s": s / n, "fallback_share": fb / s if s else 0.0,
+                      "adjusted_share": adj / s if s else 0.0}
+                for fam, (s, fb, adj) in sorted(out.items(), key=lambda kv: -kv[1][0])}
+
+
+def _add_budget(budget: dict, families, iterations, d, fallback, adjusted, weight: float) -> None:
+    for fam, it, dd, fb, adj in zip(families, iterations, d, fallback, adjusted, strict=True):
+        acc = budget.setdefault((fam, it), [0.0, 0.0, 0.0])
+        acc[0] += dd * weight
+        acc[1] += (dd if fb else 0.0) * weight
+        acc[2] += adj * weight
 
 
 def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: Predictor,
@@ -60,15 +93,21 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
         if rows:
             frames.append(signature_frame(rep.table, rows))
             owners.append((r, rows))
+    budget: dict = {}
+    adjusted_total = 0.0
     if frames:
         allk = pd.concat(frames, ignore_index=True)
-        d, s = predict_unique(kernels, allk)
+        d, s, a = predict_unique(kernels, allk)
         i = 0
         for r, rows in owners:
             n = len(rows)
             base[r][rows] = d[i:i + n]
             for src in ("learned", "fallback"):
                 by_source[src] = by_source.get(src, 0.0) + float(d[i:i + n][s[i:i + n] == src].sum()) * rep_count[r]
+            adjusted_total += float(a[i:i + n].sum()) * rep_count[r]
+            rep = job.reps[r]
+            _add_budget(budget, [op_family(rep.op[j]) for j in rows], [rep.iteration[j] for j in rows], d[i:i + n],
+                        s[i:i + n] == FALLBACK, a[i:i + n], rep_count[r])
             i += n
     # collectives and p2p: depend on where each rank's group sits in the cluster
     comm_sig: dict[int, pd.DataFrame] = {}
@@ -109,11 +148,15 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
             src = cs[ids]
             for s in ("learned", "fallback"):
                 by_source[s] = by_source.get(s, 0.0) + float(cd[ids][src == s].sum())
+            rep = v.rep
+            _add_budget(budget, [rep.kind[j] for j in rep.comm_rows], [rep.iteration[j] for j in rep.comm_rows],
+                        cd[ids], src == FALLBACK, np.zeros(len(ids)), 1.0)
         durations.append(arr)
     label = collectives.label
     if network_apart and any(d["nnodes"] > 1 for d in key_rows):
         label += f"; between nodes: {NETWORK_LABEL}"
-    return Estimates(durations=durations, time_by_source=by_source, kernels=kernels.label, collectives=label)
+    return Estimates(durations=durations, time_by_source=by_source, kernels=kernels.label, collectives=label,
+                     adjusted_s=adjusted_total, by_family_iteration=budget, conditions=kernels.conditions())
 
 
 def _predict_comm(rows: list[dict], collectives: Predictor, network: Predictor,
@@ -125,5 +168,5 @@ def _predict_comm(rows: list[dict], collectives: Predictor, network: Predictor,
     for pred, mask in ((collectives, ~inter), (network, inter)):
         idx = np.flatnonzero(mask)
         if len(idx):
-            d[idx], s[idx] = predict_unique(pred, pd.DataFrame([rows[i] for i in idx]))
+            d[idx], s[idx], _ = predict_unique(pred, pd.DataFrame([rows[i] for i in idx]))
     return d, s

@@ -55,7 +55,26 @@ class RegistryPredictor(Predictor):
             d = d.copy()
             d[bad] = roofline_durations(df.iloc[np.flatnonzero(bad)], self.spec)
             src = src.where(~pd.Series(bad), FALLBACK)
-        return pd.DataFrame({"duration_s": d, "source": src.to_numpy()})
+        adjusted = out["adjustment_s"].to_numpy(dtype=float) if "adjustment_s" in out.columns else np.zeros(len(d))
+        return pd.DataFrame({"duration_s": d, "source": src.to_numpy(), "adjustment_s": np.where(bad, 0.0, adjusted)})
+
+
+    def conditions(self) -> dict:
+        """The model's sustained-clock table (maya_models.kernels), or the assumption it makes without one."""
+        try:
+            info = self.model.unwrap_python_model().predictor.info
+        except AttributeError:  # a model of another kind (collectives, a third-party pyfunc)
+            return {}
+        sustained = info.get("sustained")
+        if sustained is None:
+            return {}
+        if not sustained:
+            return {"assumption": f"no sustained-throughput measurement of {self.spec.key}: kernel times are those "
+                                  "of the measurements (short runs, mostly at the maximum clock)"}
+        return {"sustained": {d: {"ratio": round(v["ratio"], 4), "provenance": v.get("provenance")}
+                              for d, v in sustained.items()},
+                "assumption": "compute-bound tensor-core kernels run at the sustained clock the measurement shows "
+                              "(x ratio), memory-bound ones at DRAM speed"}
 
 
 class QuietMlflow(warnings.catch_warnings):

@@ -27,6 +27,9 @@ class RooflinePredictor(Predictor):
     def is_analytical(self) -> bool:
         return True
 
+    def conditions(self) -> dict:
+        return {"assumption": "analytical: fixed achievable fractions of the datasheet peaks (emulator.core.roofline)"}
+
 
 class NetworkPredictor(RooflinePredictor):
     """Collectives and p2p whose group leaves the node: a measurement of a cross-node collective describes

@@ -146,7 +146,8 @@ class Prediction:
     price_per_gpu_hour: float
     cost_per_iteration_usd: float | None
     cost_per_million_tokens_usd: float | None
-    estimator: dict  # kernels, collectives (labels), coverage{learned, fallback} (shares of device time)
+    estimator: dict  # kernels, collectives (labels), coverage{learned, fallback}, adjusted_share, conditions
+    device_time_by_family: dict  # family -> device_s per steady iteration and rank, fallback/adjusted shares
     emulation_wall_s: float | None
     simulation_wall_s: float
     hang: dict | None
@@ -209,7 +210,10 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
         else None,
         estimator=dict(kernels=estimates.kernels if estimates else None,
                        collectives=estimates.collectives if estimates else None,
-                       coverage=estimates.coverage if estimates else {"learned": None, "fallback": None}),
+                       coverage=estimates.coverage if estimates else {"learned": None, "fallback": None},
+                       adjusted_share=estimates.adjusted_share if estimates else None,
+                       conditions=estimates.conditions if estimates else {}),
+        device_time_by_family=estimates.family_budget(steady, world) if estimates and steady else {},
         emulation_wall_s=summary.emulation_wall_s,
         simulation_wall_s=simulation_wall_s,
         hang=hang.to_dict() if hang else None,

@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from emulator.core.ops import op_family
+from maya_models.reference import published
 from maya_models.schema import signature_key
 from maya_models.warehouse import to_measurement_table
 
@@ -31,14 +32,22 @@ VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
 NEUSIGHT_COMMIT = "6945927d9afcca2b9daf021f8395e53edc5b4eef"
 VTRAIN_COMMIT = "f8dda8473a48b373b1d25f51f52d685bff5150c5"
 AIC = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data"
+# aiconfigurator's collector locks application clocks at the part's maximum (`nvidia-smi -ac`): the rows
+# ran at the maximum SM clock (the part's boost clock in emulator.core.hardware)
 MS = 1e-3
 
 # GEMM: one framework per GPU, the one closest to what PyTorch training runs (torch linear where there is one).
 AIC_GEMM = {"h100": "h100_sxm/gemm/vllm/0.24.0", "a100-80gb": "a100_sxm/gemm/sglang/0.5.10",
             "l40s": "l40s/gemm/trtllm/1.3.0rc20", "b200": "b200_sxm/gemm/trtllm/1.3.0rc20"}
-# attention: the same kernel family (TRT-LLM FMHA) on every GPU that has it, so GPUs are comparable.
-AIC_ATTN = {"h100": "h100_sxm/attention/trtllm/1.3.0rc20", "a100-80gb": "a100_sxm/attention/trtllm/1.0.0",
-            "l40s": "l40s/attention/trtllm/1.3.0rc20"}
+# attention: every table, each labelled with its kernel library (`implementation`): PyTorch's SDPA flash
+# backend is FlashAttention-2, which the SGLang/vLLM-on-Ampere tables run; TRT-LLM's FMHA and vLLM's
+# FlashAttention-3 on Hopper are other, faster kernels, kept with their label as a feature.
+AIC_ATTN = [("h100", "h100_sxm/attention/trtllm/1.3.0rc20", "trtllm_fmha"),
+            ("h100", "h100_sxm/attention/vllm/0.24.0", "fa3"),
+            ("a100-80gb", "a100_sxm/attention/trtllm/1.0.0", "trtllm_fmha"),
+            ("a100-80gb", "a100_sxm/attention/sglang/0.5.10", "fa2"),
+            ("a100-80gb", "a100_sxm/attention/vllm/0.14.0", "fa2"),
+            ("l40s", "l40s/attention/trtllm/1.3.0rc20", "trtllm_fmha")]
 AIC_NCCL = {"h100": "h100_sxm/comm/nccl/2.29.2", "a100-80gb": "a100_sxm/comm/nccl/2.27.3",
             "l40s": "l40s/comm/nccl/2.27.3", "b200": "b200_sxm/comm/nccl/2.29.2"}
 NCCL_OPS = {  # nccl-tests op -> (c10d op, input shapes given the total element count n and group size g)
@@ -51,7 +60,10 @@ NEUSIGHT_GPUS = {"NVIDIA H100 80GB HBM3": "h100", "NVIDIA A100 80GB PCIe": "a100
                  "NVIDIA A100-PCIE-40GB": "a100-40gb-pcie", "NVIDIA L4": "l4", "Tesla T4": "t4"}
 VIDUR_NET = {"a100_dgx": "a100-80gb", "h100_dgx": "h100", "a100_pairwise_nvlink": "a100-80gb-pcie",
              "h100_pairwise_nvlink": "h100-nvl"}
-VIDUR_COMPUTE = {"a100": "a100-80gb", "h100": "h100"}
+# vidur's compute folders name no SKU. The `h100` rows are an H100 NVL: its residual add moves 3.3-3.5 TB/s on
+# 64-256 MiB tensors (far past any L2), above the 3.35 TB/s an H100 SXM has (the NVL has 3.9), and vidur's
+# H100 nodes include 4-GPU NVL VMs (docs/profiling.md). The `a100` rows are taken to be SXM4 80 GB.
+VIDUR_COMPUTE = {"a100": "a100-80gb", "h100": "h100-nvl"}
 VTRAIN = {"a100": "a100-80gb", "v100": "v100"}
 
 
@@ -64,14 +76,15 @@ def _contig(shape):
 
 
 def _row(op, shapes, dtypes, strides, args, out_shapes, out_dtypes, duration_s, gpu, source, provenance,
-         device_name, software, kind="kernel", coll=None):
+         device_name, software, timing, kind="kernel", coll=None, implementation=None, clock_mhz=None):
     args_json = json.dumps(args or {}, sort_keys=True)
     extra = ""
     row = {"kind": kind, "op": op, "family": op_family(op), "shapes": shapes, "dtypes": dtypes,
            "strides": strides, "args": args_json, "out_shapes": out_shapes, "out_dtypes": out_dtypes,
            "duration_s": float(duration_s), "status": "ok", "gpu": gpu, "source": source,
            "provenance": provenance, "device_name": device_name, "software": software,
-           "run_id": f"reference-{source}"}
+           "run_id": f"reference-{source}", "timing": timing, "implementation": implementation,
+           "clock_mhz": clock_mhz}
     if coll:
         row.update(coll)
         extra = f"{coll['coll_bytes']}/{coll['group_size']}/{coll['nnodes']}/{coll['gpus_per_node']}"
@@ -95,7 +108,7 @@ def aiconfigurator_gemm(shared: Path) -> pd.DataFrame:
             sig = _mm(int(r.m), int(r.n), int(r.k), "bfloat16")
             rows.append(_row(**sig, duration_s=r.latency * MS, gpu=gpu, source="aiconfigurator",
                              provenance=f"ai-dynamo/aiconfigurator@{AIC_COMMIT}:{path} ({r.kernel_source})",
-                             device_name=r.device, software=fw))
+                             device_name=r.device, software=fw, **_aic_timing(gpu)))
         # per-tensor FP8 (includes the dynamic activation quantisation): every 3rd (m) value per (n, k)
         fp8 = df[df["gemm_dtype"] == "fp8"]
         ms = sorted(fp8["m"].unique())
@@ -108,13 +121,19 @@ def aiconfigurator_gemm(shared: Path) -> pd.DataFrame:
                              out_shapes=[[m, n]], out_dtypes=["bfloat16"], duration_s=r.latency * MS, gpu=gpu,
                              source="aiconfigurator",
                              provenance=f"ai-dynamo/aiconfigurator@{AIC_COMMIT}:{path} ({r.kernel_source})",
-                             device_name=r.device, software=fw))
+                             device_name=r.device, software=fw, **_aic_timing(gpu)))
     return pd.DataFrame(rows)
+
+
+def _aic_timing(gpu: str) -> dict:
+    from emulator.core.hardware import get_gpu
+
+    return {"timing": "isolated_graph_locked", "clock_mhz": float(get_gpu(gpu).clock_mhz)}
 
 
 def aiconfigurator_attention(shared: Path) -> pd.DataFrame:
     rows = []
-    for gpu, sub in AIC_ATTN.items():
+    for gpu, sub, impl in AIC_ATTN:
         path = f"{AIC}/{sub}/context_attention_perf.parquet"
         df = pd.read_parquet(shared / path)
         keep = (df["attn_dtype"] == "bfloat16") & (df["kv_cache_dtype"] == "bfloat16")
@@ -131,7 +150,7 @@ def aiconfigurator_attention(shared: Path) -> pd.DataFrame:
                              out_dtypes=["bfloat16", "float32"], duration_s=r.latency * MS, gpu=gpu,
                              source="aiconfigurator",
                              provenance=f"ai-dynamo/aiconfigurator@{AIC_COMMIT}:{path} ({r.kernel_source})",
-                             device_name=r.device, software=fw))
+                             device_name=r.device, software=fw, implementation=impl, **_aic_timing(gpu)))
     return pd.DataFrame(rows)
 
 
@@ -154,7 +173,7 @@ def aiconfigurator_nccl(shared: Path) -> pd.DataFrame:
                              duration_s=r.latency * MS, gpu=gpu, source="aiconfigurator",
                              provenance=f"ai-dynamo/aiconfigurator@{AIC_COMMIT}:{path} (nccl-tests out-of-place)",
                              device_name=r.device, software=f"NCCL {r.version}", kind="collective",
-                             coll=_coll(2 * n, g, 1, g)))
+                             coll=_coll(2 * n, g, 1, g), timing="nccl_tests"))
     return pd.DataFrame(rows)
 
 
@@ -206,7 +225,8 @@ def vidur_compute(shared: Path) -> pd.DataFrame:
                         continue
                     rows.append(_row(**sig, duration_s=val * MS, gpu=gpu, source="vidur",
                                      provenance=f"microsoft/vidur@{VIDUR_COMMIT}:{rel} ({model} {col})",
-                                     device_name=None, software="sarathi-serve/vLLM fp16"))
+                                     device_name=None, software="sarathi-serve/vLLM fp16",
+                                     timing="in_situ_forward"))
     return pd.DataFrame(rows)
 
 
@@ -239,7 +259,8 @@ def vidur_network(shared: Path) -> pd.DataFrame:
                                      out_shapes=None, out_dtypes=None,
                                      duration_s=r[f"time_stats.{name}.median"] * MS, gpu=gpu, source="vidur",
                                      provenance=f"microsoft/vidur@{VIDUR_COMMIT}:{rel} (median NCCL kernel)",
-                                     device_name=node, software="torch.distributed NCCL", kind=kind, coll=coll))
+                                     device_name=node, software="torch.distributed NCCL", kind=kind, coll=coll,
+                                     timing="in_situ_forward"))
     return pd.DataFrame(rows)
 
 
@@ -292,7 +313,8 @@ def neusight_kernels(shared: Path) -> pd.DataFrame:
             rows.append(_row(**sig, duration_s=r["Latency"] * MS, gpu=NEUSIGHT_GPUS[r["Device"]],
                              source="neusight",
                              provenance=f"sitar-lab/NeuSight@{NEUSIGHT_COMMIT}:{rel} ({r['Kernel Name']})"[:400],
-                             device_name=r["Device"], software=f"torch {r['Torch Version']} {r['CUDA Version']}"))
+                             device_name=r["Device"], software=f"torch {r['Torch Version']} {r['CUDA Version']}",
+                             timing="isolated_events"))
     out = pd.DataFrame(rows)
     # the same shape measured in both the train and test sweeps: keep one row (the median time)
     med = out.groupby(["gpu", "signature"])["duration_s"].transform("median")
@@ -315,8 +337,32 @@ def vtrain_allreduce(shared: Path) -> pd.DataFrame:
                                  source="vtrain",
                                  provenance=f"VIA-Research/vTrain@{VTRAIN_COMMIT}:{rel} (nccl-tests out-of-place)",
                                  device_name=f"{folder} 8-GPU node", software="nccl-tests all_reduce_perf",
-                                 kind="collective", coll=_coll(int(r["size(B)"]), g, 1, g)))
+                                 kind="collective", coll=_coll(int(r["size(B)"]), g, 1, g), timing="nccl_tests"))
     return pd.DataFrame(rows)
+
+
+def _aic_a100_fa2_forward(shared: Path):
+    """(s, d, causal) -> seconds of aiconfigurator's A100 SGLang FlashAttention-2 forward at the FlashAttention
+    benchmark's shape (hidden 2048, batch 16k / s), or None when the table has no such row."""
+    df = pd.read_parquet(shared / f"{AIC}/a100_sxm/attention/sglang/0.5.10/context_attention_perf.parquet")
+    df = df[(df["attn_dtype"] == "bfloat16") & (df["num_heads"] == df["num_key_value_heads"])]
+
+    def forward(s: int, d: int, causal: bool):
+        if not causal:  # the table holds causal prefill only
+            return None
+        hit = df[(df["isl"] == s) & (df["head_dim"] == d) & (df["num_heads"] == published.HIDDEN // d)
+                 & (df["batch_size"] == published.TOKENS // s)]
+        return float(hit["latency"].median()) * MS if len(hit) else None
+
+    return forward
+
+
+def flashattention_bench(shared: Path) -> pd.DataFrame:
+    return published.flashattention(_row, _aic_a100_fa2_forward(shared))
+
+
+def mamf(shared: Path) -> pd.DataFrame:
+    return published.mamf(_row)
 
 
 DATASETS = {
@@ -327,6 +373,8 @@ DATASETS = {
     "vidur_network": vidur_network,
     "neusight_kernels": neusight_kernels,
     "vtrain_allreduce": vtrain_allreduce,
+    "flashattention_bench": flashattention_bench,
+    "mamf": mamf,
 }
 
 

@@ -63,7 +63,7 @@ def base_row(*, gpu: str, run_id: str, device_name: str, software: str, threads:
 def timing_columns(t) -> dict:
     return {"duration_s": t.median_s, "duration_min_s": t.min_s, "spread": t.spread, "repeats": t.repeats,
             "status": "ok", "error": None, "clock_mhz": t.clock_mhz, "clock_drop": bool(t.clock_drop),
-            "measured_at": now()}
+            "power_w": t.power_w, "timing": t.timing, "measured_at": now()}
 
 
 def failed_columns(reason: str) -> dict:

@@ -159,13 +159,16 @@ def main(argv=None) -> int:
     p.add_argument("--chunk-size", type=int, default=12)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--max-seconds-per-signature", type=float, default=1.0)
+    p.add_argument("--condition", choices=["back_to_back", "isolated"], default="back_to_back",
+                   help="GPU timing conditions: back-to-back launches after a heat soak, no L2 flush (a training "
+                        "step's), or one call at a time after an L2 flush (a microbenchmark's)")
     p.add_argument("--threads", type=int, default=None,
                    help=f"CPU threads (torch.set_num_threads; default on CPU: {CPU_RANK_THREADS}, one rank's)")
     p.add_argument("--poison", nargs="*", default=[], help="signature keys to record as failed without running")
     p.add_argument("--max-chunks", type=int, default=None)
     p.add_argument("--summary", default=None, help="write the run summary JSON here")
     a = p.parse_args(argv)
-    settings = TimingSettings(repeats=a.repeats, max_seconds=a.max_seconds_per_signature)
+    settings = TimingSettings(repeats=a.repeats, max_seconds=a.max_seconds_per_signature, condition=a.condition)
     try:
         summary = run(a.gpu, run_id=a.run_id, root=Path(a.root) if a.root else warehouse_root(),
                       budget_s=a.budget_s, traces=a.traces, sweep=not a.no_sweep, chunk_size=a.chunk_size,

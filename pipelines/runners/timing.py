@@ -1,9 +1,13 @@
-"""Timing one callable on the local device: warm-up, repeats, median and spread, clocks.
+"""Timing one callable on the local device: warm-up, repeats, median and spread, clocks and power.
 
-Why two timers: on a GPU the host returns before the kernel ends, so time comes from CUDA
-events around each call, with the L2 cache flushed first (a training step rarely finds its
-operands hot in L2). On the CPU the call is synchronous and `perf_counter` is the honest clock;
-the thread count is recorded with every row because it changes CPU timings more than anything.
+On a GPU the default is what a training step does to a kernel (`condition = "back_to_back"`): after
+a heat soak that brings the clock to what the power limit allows, each repeat launches the op
+several times back to back between two CUDA events, at default application clocks, with no L2
+flush (the cache holds what the previous launch left, as in a step) and no CUDA-graph replay; the
+SM clock and the board power are sampled with NVML around every repeat and stored with the row.
+`condition = "isolated"` times one call at a time after flushing L2, as microbenchmarks do.
+On the CPU the call is synchronous and `perf_counter` is the honest clock; the thread count is
+recorded with every row because it changes CPU timings more than anything.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ class TimingSettings:
     repeats: int = 15
     min_repeats: int = 3
     max_seconds: float = 1.0  # per signature, warm-up included (stops adding repeats, never cuts one)
-    flush_l2: bool = True
+    condition: str = "back_to_back"  # GPU only: "back_to_back" (training conditions) or "isolated"
+    launches_per_repeat: int = 8  # back_to_back: calls between the two events of one repeat
+    heat_soak_s: float = 10.0  # back_to_back: a sustained GEMM load before the first signature
 
 
 @dataclass
@@ -35,6 +41,8 @@ class Timing:
     repeats: int
     clock_mhz: float | None = None
     clock_drop: bool = False
+    power_w: float | None = None
+    timing: str = "host_timer"  # maya_models.schema TIMINGS: how this row was timed
 
 
 def _quantile(sorted_xs: list[float], q: float) -> float:
@@ -55,7 +63,7 @@ def summarize(samples: list[float]) -> tuple[float, float, float]:
 
 
 class ClockSampler:
-    """SM clock via NVML around each measurement; flags rows where the clock sagged.
+    """SM clock and board power via NVML around each measurement; flags rows where the clock sagged.
 
     A row is flagged when the clock sampled while timing fell more than 10% below the highest
     clock seen in this run (thermal or power throttling makes that row slower than the part is).
@@ -84,6 +92,15 @@ class ClockSampler:
         self.max_seen = max(self.max_seen, mhz)
         return mhz
 
+    def power(self) -> float | None:
+        """Board power in watts, or None without NVML."""
+        if self.handle is None:
+            return None
+        try:
+            return float(self._nvml.nvmlDeviceGetPowerUsage(self.handle)) / 1e3
+        except Exception:
+            return None
+
     def judge(self, samples: list[float | None]) -> tuple[float | None, bool]:
         got = [s for s in samples if s is not None]
         if not got:
@@ -100,9 +117,34 @@ class Timer:
         self.is_cuda = device.type == "cuda"
         self.clocks = ClockSampler(device.index or 0) if self.is_cuda else None
         self._flush_buf = None
-        if self.is_cuda and self.settings.flush_l2:
+        self.back_to_back = self.is_cuda and self.settings.condition == "back_to_back"
+        if self.is_cuda and not self.back_to_back:
             l2 = l2_bytes or getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 50 * 2**20
             self._flush_buf = torch.empty(2 * l2, dtype=torch.uint8, device=device)
+        self._soaked = False
+
+    def heat_soak(self) -> None:
+        """Keep the GPU busy on a large bf16 GEMM for `heat_soak_s`, once: measurements then start at the clock
+        the power limit sustains, not at the idle boost clock."""
+        if self._soaked or not self.back_to_back or self.settings.heat_soak_s <= 0:
+            return
+        a = torch.randn(8192, 8192, device=self.device, dtype=torch.bfloat16)
+        t_end = time.perf_counter() + self.settings.heat_soak_s
+        while time.perf_counter() < t_end:
+            for _ in range(8):
+                a @ a
+            torch.cuda.synchronize(self.device)
+        self._soaked = True
+
+    def _batch_cuda(self, fn: Callable[[], object]) -> float:
+        n = max(self.settings.launches_per_repeat, 1)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / n
 
     def _flush(self) -> None:
         if self._flush_buf is not None:
@@ -126,7 +168,8 @@ class Timer:
     def time(self, fn: Callable[[], object]) -> Timing:
         """Warm up, then repeat until `repeats` or the per-signature time cap (at least `min_repeats`)."""
         s = self.settings
-        one = self._one_cuda if self.is_cuda else self._one_cpu
+        self.heat_soak()
+        one = (self._batch_cuda if self.back_to_back else self._one_cuda) if self.is_cuda else self._one_cpu
         t_start = time.perf_counter()
         for _ in range(max(s.warmup, 1)):
             one(fn)
@@ -134,18 +177,22 @@ class Timer:
                 break
         samples: list[float] = []
         clocks: list[float | None] = []
+        powers: list[float] = []
         while len(samples) < s.repeats:
             if self.clocks is not None:
                 clocks.append(self.clocks.sample())
             samples.append(one(fn))
+            if self.clocks is not None and (w := self.clocks.power()) is not None:
+                powers.append(w)
             if len(samples) >= s.min_repeats and time.perf_counter() - t_start > s.max_seconds:
                 break
         if self.clocks is not None:
             clocks.append(self.clocks.sample())
         med, mn, spread = summarize(samples)
         clock, drop = self.clocks.judge(clocks) if self.clocks is not None else (None, False)
+        timing = ("back_to_back" if self.back_to_back else "isolated_events") if self.is_cuda else "host_timer"
         return Timing(median_s=med, min_s=mn, spread=spread, repeats=len(samples), clock_mhz=clock,
-                      clock_drop=drop)
+                      clock_drop=drop, power_w=statistics.fmean(powers) if powers else None, timing=timing)
 
 
 @dataclass

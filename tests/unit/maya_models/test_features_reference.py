@@ -15,7 +15,8 @@ from maya_models.schema import MEASUREMENT_COLUMNS
 def test_committed_reference_is_complete_and_compact():
     names = reference_datasets()
     assert {"aiconfigurator_gemm", "aiconfigurator_attention", "aiconfigurator_nccl", "vidur_compute",
-            "vidur_network", "neusight_kernels", "vtrain_allreduce"} <= set(names)
+            "vidur_network", "neusight_kernels", "vtrain_allreduce", "flashattention_bench", "mamf",
+            "kineto_in_situ"} <= set(names)
     assert sum(p.stat().st_size for p in reference_dir().glob("*.parquet")) <= 15 * 2**20
     assert (reference_dir() / "PROVENANCE.md").exists()
     df = load_reference(["aiconfigurator_nccl", "vtrain_allreduce"])
@@ -59,7 +60,10 @@ def test_trace_row_and_measurement_row_get_identical_features():
     trace = pd.DataFrame([_trace_row(r) for _, r in meas.iterrows()])
     spec = get_gpu("h100")
     a, b = featurize(meas, spec), featurize(trace, spec)
-    pd.testing.assert_frame_equal(a, b)
+    conditions = ["in_situ", "impl_code"]  # how a measurement was timed: a trace row is a training step's op
+    pd.testing.assert_frame_equal(a.drop(columns=conditions), b.drop(columns=conditions))
+    assert (b["in_situ"] == 1.0).all() and (b["impl_code"] == 0.0).all()
+    assert (a["in_situ"] == 0.0).all()  # aiconfigurator and NeuSight time ops in isolation
     assert np.isfinite(a.values).all()
 
 
@@ -92,3 +96,27 @@ def test_h200_evaluation_is_skipped_without_the_holdout(tmp_path, capsys):
 
     assert evaluate_h200(pd.DataFrame({"gpu": []}), tmp_path / "no-holdout") == []
     assert "h200: skipped" in capsys.readouterr().out
+
+
+def test_flashattention_rows_are_pytorchs_kernel_and_backward_is_the_slower_half():
+    fa = load_reference(["flashattention_bench"])
+    assert set(fa["implementation"]) == {"fa2"} and set(fa["timing"]) == {"isolated_events"}
+    fwd = fa[~fa["op"].str.endswith("_backward")]
+    bwd = fa[fa["op"].str.endswith("_backward")]
+    assert {"h100", "a100-80gb"} <= set(bwd["gpu"])
+
+    def key(r):
+        q = [int(x) for x in (r["shapes"][1] if r["op"].endswith("_backward") else r["shapes"][0])]
+        return r["gpu"], tuple(q), "true" in r["args"]
+
+    fwd_s = {key(r): r["duration_s"] for _, r in fwd.iterrows()}
+    pairs = [(r["duration_s"], fwd_s[key(r)]) for _, r in bwd.iterrows() if key(r) in fwd_s]
+    assert pairs and all(b > f for b, f in pairs)  # backward does 2.5x the forward's FLOPs
+
+
+def test_sustained_rows_are_labelled_and_evaluation_rows_stay_apart():
+    mamf = load_reference(["mamf"])
+    assert set(mamf["timing"]) == {"sustained"} and {"h100", "a100-80gb"} <= set(mamf["gpu"])
+    assert "kineto_in_training" not in reference_datasets()  # evaluation-only rows are not imported
+    assert (reference_dir() / "evaluation" / "kineto_in_training.parquet").exists()
+

@@ -77,7 +77,7 @@ def test_training_reports_held_out_metrics_and_registers(trained):
 def test_champion_predict_contract(trained):
     model = mlflow.pyfunc.load_model("models:/maya-kernels-h100@champion")
     out = model.predict(_trace_rows())
-    assert list(out.columns) == ["duration_s", "source"] and len(out) == 4
+    assert list(out.columns) == ["duration_s", "source", "adjustment_s"] and len(out) == 4
     assert np.isfinite(out["duration_s"]).all() and (out["duration_s"] > 0).all()
     assert out["source"].tolist() == ["learned", "fallback", "fallback", "fallback"]
     assert 1e-4 < out["duration_s"].iloc[0] < 5e-3  # a 4096x4096x14336 bf16 GEMM on H100 is ~0.7 ms

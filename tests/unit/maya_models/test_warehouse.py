@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from maya_models import warehouse as wh
-from maya_models.schema import MEASUREMENT_COLUMNS, signature_key
+from maya_models.schema import MEASUREMENT_COLUMNS, MEASUREMENT_SCHEMA_VERSION, signature_key
 
 
 def _rows(n=3, gpu="h100", source="maya-bench", kind="kernel", start=0):
@@ -94,5 +94,5 @@ def test_duckdb_views(tmp_path):
     assert con.execute("select count(*) from kernels").fetchone()[0] == 3
     assert con.execute("select gpu, count(*) from collectives group by gpu").fetchall() == [("a100-80gb", 2)]
     assert con.execute("select name from hardware").fetchone()[0] == "NVIDIA H100 80GB HBM3"
-    assert con.execute("select version from schema_version").fetchone()[0] == 1
+    assert con.execute("select version from schema_version").fetchone()[0] == MEASUREMENT_SCHEMA_VERSION
     con.close()

@@ -1,0 +1,94 @@
+"""Timing conditions: sustained-clock adjustment, conditions never merged, evaluation-only rows kept out,
+and a family model never trusted far past what it was trained on."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from emulator.core.hardware import get_gpu
+from emulator.core.ops import flops_and_bytes
+from emulator.core.roofline import kernel_time
+from maya_models.features import featurize
+from maya_models.kernels import FamilyModel, KernelPredictor
+from maya_models.train import training_rows
+
+H100 = get_gpu("h100")
+
+
+def _mm(m, n, k, dtype="bfloat16", **extra):
+    row = {"kind": "kernel", "op": "aten::mm", "shapes": [[m, k], [k, n]], "dtypes": [dtype, dtype],
+           "strides": [[k, 1], [1, k]], "args": "{}", "out_shapes": [[m, n]], "out_dtypes": [dtype]}
+    row.update(extra)
+    return row
+
+
+def _predictor(bias=0.0, max_flops=math.inf, max_bytes=math.inf):
+    """A GEMM family that is the roofline x e^bias (a calibrated roofline: no trees to train)."""
+    features = list(featurize(pd.DataFrame([_mm(64, 64, 64)]), H100).columns)
+    p = KernelPredictor("h100", {"gemm": FamilyModel("gemm", None, features, "own", 10, bias, max_flops, max_bytes)})
+    return p
+
+
+def test_a_sustained_measurement_slows_compute_bound_trace_rows_by_its_ratio():
+    p = _predictor()
+    big = _mm(8192, 8192, 8192)
+    f, b = flops_and_bytes("aten::mm", big["shapes"], big["dtypes"], big["out_shapes"], big["out_dtypes"])
+    roof = kernel_time(f, b, "bfloat16", "gemm", H100)
+    sustained = pd.DataFrame([{**big, "gpu": "h100", "duration_s": 1.25 * roof, "provenance": "test"}])
+    table = p.calibrate_sustained(sustained)
+    assert table["bfloat16"]["ratio"] == pytest.approx(1.25)
+    small = _mm(16, 4096, 4096)  # memory bound: the SM clock sets only part of it
+    out = p.predict(pd.DataFrame([big, small, _mm(8192, 8192, 8192, "float32")]))
+    assert out.duration_s[0] == pytest.approx(1.25 * roof)
+    assert out.adjustment_s[0] == pytest.approx(0.25 * roof)
+    ref = p.predict(pd.DataFrame([{**small, "timing": "isolated_graph_locked"}])).duration_s[0]
+    assert 1.0 < out.duration_s[1] / ref < 1.25
+    assert out.adjustment_s[2] == 0.0  # fp32 runs on other units: no sustained measurement of them
+    timed = p.predict(pd.DataFrame([{**big, "timing": "isolated_graph_locked"}]))  # a measurement's conditions
+    assert timed.duration_s[0] == pytest.approx(roof) and timed.adjustment_s[0] == 0.0
+
+
+def test_a_reference_already_at_sustained_speed_is_not_slowed():
+    p = _predictor()
+    big = _mm(8192, 8192, 8192)
+    f, b = flops_and_bytes("aten::mm", big["shapes"], big["dtypes"], big["out_shapes"], big["out_dtypes"])
+    p.calibrate_sustained(pd.DataFrame([{**big, "gpu": "h100", "provenance": "test",
+                                         "duration_s": 0.9 * kernel_time(f, b, "bfloat16", "gemm", H100)}]))
+    assert p.info["sustained"]["bfloat16"]["ratio"] == 1.0
+    assert p.predict(pd.DataFrame([big])).adjustment_s[0] == 0.0
+
+
+def test_a_family_model_is_not_trusted_far_past_its_training_rows():
+    p = _predictor(bias=math.log(2.0), max_flops=1e9, max_bytes=1e8)
+    out = p.predict(pd.DataFrame([_mm(256, 256, 256), _mm(16384, 16384, 16384)]))
+    assert list(out.source) == ["learned", "fallback"]
+    big = _mm(16384, 16384, 16384)
+    f, b = flops_and_bytes("aten::mm", big["shapes"], big["dtypes"], big["out_shapes"], big["out_dtypes"])
+    assert out.duration_s[1] == pytest.approx(kernel_time(f, b, "bfloat16", "gemm", H100))
+
+
+def _measured(timing, duration, **extra):
+    row = _mm(1024, 1024, 1024, status="ok", gpu="h100", source="test", signature="s1", duration_s=duration,
+              timing=timing, family="gemm")
+    row.update(extra)
+    return row
+
+
+def test_timing_conditions_never_merge_and_checks_stay_out_of_training():
+    df = pd.DataFrame([_measured("isolated_graph_locked", 1e-3), _measured("isolated_graph_locked", 3e-3),
+                       _measured("sustained", 2e-3), _measured("in_training", 5e-3, evaluation_only=True)])
+    plain = training_rows(data=df)
+    assert list(plain["timing"]) == ["isolated_graph_locked"] and plain["duration_s"][0] == pytest.approx(2e-3)
+    with_sustained = training_rows(data=df, include_sustained=True)
+    assert sorted(with_sustained["timing"]) == ["isolated_graph_locked", "sustained"]
+    assert with_sustained.set_index("timing")["duration_s"]["sustained"] == pytest.approx(2e-3)
+
+
+def test_trace_rows_are_in_situ_and_pytorchs_own_kernel():
+    rows = pd.DataFrame([_mm(64, 64, 64), _mm(64, 64, 64, timing="isolated_graph_locked"),
+                         _mm(64, 64, 64, timing="in_inference", implementation="trtllm_fmha")])
+    X = featurize(rows, H100)
+    assert list(X["in_situ"]) == [1.0, 0.0, 1.0] and list(X["impl_code"]) == [0.0, 0.0, 1.0]
+    assert np.isfinite(X.to_numpy()).all()
