@@ -121,6 +121,22 @@ def champion_version(kind: str, gpu: str) -> str | None:
         return None
 
 
+def champion_family_errors(gpu: str) -> dict[str, float]:
+    """The kernel champion's held-out median APE per op family (its training run's metrics), {} if none."""
+    from mlflow.exceptions import MlflowException
+
+    version = champion_version("kernels", gpu)
+    if version is None:
+        return {}
+    c = client()
+    try:
+        run_id = c.get_model_version(model_name("kernels", gpu), version).run_id
+        metrics = c.get_run(run_id).data.metrics
+    except MlflowException:
+        return {}
+    return {k.removesuffix(".median_ape"): float(v) for k, v in metrics.items() if k.endswith(".median_ape")}
+
+
 def latest_version(kind: str, gpu: str) -> str | None:
     from mlflow.exceptions import MlflowException
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from emulator.core.files import atomic_write_bytes
 from emulator.trace.io import write_json
+from pipelines.validation import budget
 from pipelines.validation.metrics import meets, pct, rel_error, summarize
 
 CPU_TARGET = ("median_abs", 0.10)  # median |error| <= 10% on the CPU table
@@ -35,7 +36,9 @@ def row_for(case, result, llm_analysis_s: float | None = None, llm_analysis_note
            "roofline_s": result.roofline_s, "llm_analysis_s": llm_analysis_s, "oom": result.oom,
            "coverage": result.coverage, "error": result.error, "llm_analysis_note": llm_analysis_note,
            "wall_s": result.wall_s, "breakdown_s": getattr(result, "breakdown", {}),
-           "roofline_sim_s": getattr(result, "roofline_sim_s", None), "load_avg": getattr(result, "load_avg", None)}
+           "roofline_sim_s": getattr(result, "roofline_sim_s", None), "load_avg": getattr(result, "load_avg", None),
+           "device_time_by_family": getattr(result, "device_time_by_family", {}),
+           "measured_by_family": getattr(result, "measured_by_family", {})}
     add_errors(row)
     return row
 
@@ -163,6 +166,7 @@ def render_markdown(report: dict) -> str:
         parts.append("\n" + markdown_summary(section["summary"]))
         parts.append(host_bound(section["rows"]))
         parts.append(failures(section["rows"]))
+        parts.append(budget.markdown(section["rows"], report.get("family_errors") or {}))
         if section.get("plot"):
             parts.append(f"\n![{key}]({section['plot']})\n")
     if report.get("notes"):

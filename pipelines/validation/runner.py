@@ -23,6 +23,7 @@ from pathlib import Path
 from emulator.trace.io import read_json, read_summary, read_traces, write_json
 from emulator.trace.summaries import EmulationSummary
 from pipelines.validation.baselines import BaselineUnavailable, serial_roofline_s, steady_iterations
+from pipelines.validation.budget import measured_by_family
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAYA = [sys.executable, "-m", "emulator.cli"]
@@ -42,6 +43,8 @@ class RunResult:
     oom: bool = False
     coverage: dict = field(default_factory=dict)  # estimator coverage {learned, fallback}
     estimator: dict = field(default_factory=dict)
+    device_time_by_family: dict = field(default_factory=dict)  # prediction.json: predicted time by op family
+    measured_by_family: dict = field(default_factory=dict)  # CPU cases: measured time by op family (full profile)
     emulation_wall_s: float | None = None
     wall_s: float = 0.0
     error: str | None = None
@@ -90,6 +93,7 @@ def _fill_from_prediction(res: RunResult, out: Path) -> None:
     res.coverage = res.estimator.get("coverage") or {}
     res.emulation_wall_s = pred.get("emulation_wall_s")
     res.breakdown = pred.get("breakdown_s") or {}
+    res.device_time_by_family = pred.get("device_time_by_family") or {}
     if pred.get("hang"):
         res.error = f"maya simulate reports that the job would hang: {json.dumps(pred['hang'])[:600]}"
     elif res.predicted_s is None and not res.oom:
@@ -255,6 +259,16 @@ def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float
     except (FileNotFoundError, ValueError, KeyError) as e:
         res.error = f"maya profile exited {rc}: {e}: {_tail(log)}"
     res.load_avg = load_average()
+    # per-op ground truth for the error budget: a full profile times every op (too slow for the step time)
+    ops = folder / "profile-ops"
+    _run([*MAYA, "profile", *nproc, "--iterations", str(iterations), "--out", str(ops), *program], log, timeout_s)
+    try:
+        traces = read_traces(ops)
+        res.measured_by_family = measured_by_family(traces, steady_iterations(
+            sorted({i for t in traces.values() for i in t.column("iteration").to_pylist()}),
+            read_summary(ops).iterations_found))
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        res.error = res.error or f"maya profile (per-op) exited: {e}: {_tail(log)}"
     rc = _run([*MAYA, "emulate", "--gpu", "cpu", *nproc, "--iterations", str(iterations), "--out", str(out),
                *program], log, timeout_s)
     if _summary_or_none(out) is None:

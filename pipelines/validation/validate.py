@@ -56,6 +56,19 @@ def _predictors(gpus: set[str], runs: Path, rep: dict, console: Console | None) 
                 console.print(f"[yellow]{problem}[/yellow]")
 
 
+def _family_errors(gpus: set[str]) -> dict[str, dict[str, float]]:
+    """Each GPU's kernel champion's held-out median error per family (the error budget's reference column)."""
+    from maya_models.registry import champion_family_errors
+
+    out = {}
+    for gpu in sorted(gpus):
+        try:
+            out[gpu] = champion_family_errors(gpu)
+        except Exception:  # noqa: BLE001 - a registry that cannot answer leaves the column empty
+            out[gpu] = {}
+    return out
+
+
 def _run_section(cases, run_one, console: Console | None, label: str) -> list[dict]:
     rows = []
     for i, case in enumerate(cases, 1):
@@ -126,6 +139,8 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
             rows = _run_section(cases, run_one, console, "gpu")
             rep["gpu"] = {"rows": rows, "summary": report.table_summary(rows, report.GPU_TARGET),
                           "preamble": GPU_PREAMBLE}
+    gpus = {r["gpu"] for s in ("cpu", "gpu") for r in (rep.get(s) or {}).get("rows", [])}
+    rep["family_errors"] = _family_errors(gpus)
     paths = report.write_report(rep, out_dir)
     rep["files"] = {k: str(v) for k, v in paths.items()}
     if console:

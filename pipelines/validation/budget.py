@@ -1,0 +1,110 @@
+"""The error budget: where each case's predicted time goes by op family, and which family carries the error.
+
+For every case: maya's predicted device time per steady iteration and rank, split by op family
+(prediction.json `device_time_by_family`), each family's share timed by the fallback, and the
+held-out error of that family's learned model (the champion predictor's MLflow metrics). For cases
+with per-op ground truth (a CPU case's full `maya profile`, which times every op), the measured
+time of each family beside the predicted one. A case more than `FLAG_ERROR` from its measurement
+is flagged with its largest family errors (measured where known, else the family's time x its
+held-out error), never averaged away.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from emulator.core.ops import op_family
+
+FLAG_ERROR = 0.25
+HOST, IDLE = "host", "idle"
+
+
+def measured_by_family(traces: dict, steady: list[int]) -> dict[str, float]:
+    """Measured device seconds per steady iteration and rank, per family, from a profile's `duration_s`."""
+    acc: dict[str, float] = defaultdict(float)
+    ranks = max(len(traces), 1)
+    wanted = set(steady)
+    for table in traces.values():
+        cols = table.select(["op", "kind", "iteration", "duration_s"]).to_pydict()
+        for op, kind, it, dur in zip(cols["op"], cols["kind"], cols["iteration"], cols["duration_s"], strict=True):
+            if it in wanted and dur:
+                acc["memcpy" if kind == "memcpy" else kind if kind in ("collective", "p2p") else op_family(op)] += dur
+    n = max(len(wanted), 1) * ranks
+    return {fam: s / n for fam, s in acc.items()}
+
+
+def case_budget(row: dict, family_errors: dict[str, float] | None) -> list[dict]:
+    """One line per family (largest first), plus host and idle: predicted seconds per iteration, share, fallback
+    share, the family's held-out median error, measured seconds and error where the case has them."""
+    fams = row.get("device_time_by_family") or {}
+    measured = row.get("measured_by_family") or {}
+    it = row.get("predicted_s") or 0.0
+    lines = []
+    for fam, f in fams.items():
+        pred = f["device_s"]
+        m = measured.get(fam)
+        lines.append({"family": fam, "predicted_s": pred, "share": pred / it if it else None,
+                      "fallback_share": f.get("fallback_share"), "adjusted_share": f.get("adjusted_share"),
+                      "heldout_median_ape": (family_errors or {}).get(fam),
+                      "measured_s": m, "error": (pred - m) / m if m else None})
+    b = row.get("breakdown_s") or {}
+    for key in (HOST, IDLE):
+        if b.get(key) is not None:
+            lines.append({"family": key, "predicted_s": b[key], "share": b[key] / it if it else None})
+    return lines
+
+
+def flag(row: dict, lines: list[dict]) -> str | None:
+    """Why a case more than FLAG_ERROR off is off, from its largest family errors; None within bounds."""
+    err = row.get("maya_error")
+    if err is None or abs(err) <= FLAG_ERROR:
+        return None
+    fams = [ln for ln in lines if ln["family"] not in (HOST, IDLE)]
+    if any(ln.get("error") is not None for ln in fams):
+        worst = sorted((ln for ln in fams if ln.get("error") is not None),
+                       key=lambda ln: -abs(ln["predicted_s"] - (ln["measured_s"] or 0)))[:3]
+        parts = [f"{ln['family']} {ln['error'] * 100:+.0f}% ({(ln['predicted_s'] - ln['measured_s']) * 1e3:+.1f} ms)"
+                 for ln in worst]
+    else:
+        worst = sorted(fams, key=lambda ln: -(ln["predicted_s"] * ((ln.get("heldout_median_ape") or 0) / 100
+                                                                 + (ln.get("fallback_share") or 0))))[:3]
+        parts = [f"{ln['family']} {(ln['share'] or 0) * 100:.0f}% of the step, held-out error "
+                 f"{ln['heldout_median_ape'] if ln.get('heldout_median_ape') is not None else '-'}%, "
+                 f"fallback {(ln.get('fallback_share') or 0) * 100:.0f}%" for ln in worst]
+    host = row.get("breakdown_s", {}).get(HOST)
+    bound = " (host-bound: the host time sets the step)" if host and host >= (row.get("predicted_s") or 0) * 0.95 \
+        else ""
+    return f"{err * 100:+.0f}%{bound}; largest families: " + "; ".join(parts)
+
+
+def markdown(rows: list[dict], family_errors_by_gpu: dict[str, dict]) -> str:
+    out = ["\n### Error budget\n",
+           "Per case: predicted device time per steady iteration and rank by op family (and the host and idle "
+           "time of the step), the share the fallback timed, the family's held-out median error on its own "
+           "measurements, and, where the case has per-op ground truth, the measured time. Cases more than "
+           f"{FLAG_ERROR * 100:.0f}% off are flagged first.\n"]
+    ordered = sorted(rows, key=lambda r: -abs(r.get("maya_error") or 0))
+    for r in ordered:
+        lines = case_budget(r, family_errors_by_gpu.get(r["gpu"]))
+        if not lines:
+            continue
+        why = flag(r, lines)
+        out.append(f"\n**{r['name']}** ({r['world_size']}x{r['gpu']}, error {_pct(r.get('maya_error'), '+.1f')})"
+                   + (f": **flagged** {why}" if why else "") + "\n\n")
+        out.append("| family | predicted | share | fallback | held-out error | measured | error |\n"
+                   "|---|---|---|---|---|---|---|\n")
+        for ln in lines[:12]:
+            heldout = ln.get("heldout_median_ape")
+            out.append(f"| {ln['family']} | {_ms(ln['predicted_s'])} | {_pct(ln.get('share'), '.0f')} | "
+                       f"{_pct(ln.get('fallback_share'), '.0f')} | "
+                       f"{'-' if heldout is None else f'{heldout:.1f}%'} | {_ms(ln.get('measured_s'))} | "
+                       f"{_pct(ln.get('error'), '+.0f')} |\n")
+    return "".join(out)
+
+
+def _pct(x: float | None, fmt: str) -> str:
+    return "-" if x is None else f"{x * 100:{fmt}}%"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.2f} ms"
