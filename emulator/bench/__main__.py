@@ -8,10 +8,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from emulator.bench import emulation, simulation
+from emulator.bench import emulation, repeatability, simulation
 from emulator.trace.io import write_json
 
-BENCHMARKS = {**emulation.BENCHMARKS, **simulation.BENCHMARKS}
+BENCHMARKS = {**emulation.BENCHMARKS, **simulation.BENCHMARKS, **repeatability.BENCHMARKS}
 
 
 def _fmt(v) -> str:

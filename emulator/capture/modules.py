@@ -13,6 +13,7 @@ shape inference fails with "A leaf node was passed to _will_engine_execute_node"
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -28,6 +29,7 @@ class ModuleStack:
         self.by_node: dict[int, str] = {}  # autograd node sequence number -> module path
         self._handles = []
         self.overhead_s = 0.0  # CPU time spent in the hooks (emulator work, excluded from host gaps)
+        self._paused = False
 
     def _stack(self) -> list[str]:
         st = getattr(self._local, "stack", None)
@@ -46,11 +48,15 @@ class ModuleStack:
         return name
 
     def _pre(self, mod, args):
+        if self._paused:
+            return
         t0 = time.process_time()
         self._stack().append(self.name_of(mod))
         self.overhead_s += time.process_time() - t0
 
     def _post(self, mod, args, out):
+        if self._paused:
+            return
         t0 = time.process_time()
         st = self._stack()
         if st:
@@ -66,6 +72,15 @@ class ModuleStack:
             h.remove()
         self._handles = []
         return False
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Module hooks do nothing inside (work of the emulator's own that runs modules)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
 
     def current(self, backward: bool) -> str:
         st = self._stack()

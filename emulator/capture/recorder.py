@@ -61,6 +61,7 @@ _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, Data
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 _clock = time.process_time  # host-gap clock, see the module docstring
+HOST_SPEED_PROBE = {"repeats": 2, "steps": 3}  # a few tens of ms between two iterations
 _MISS = object()
 
 
@@ -145,6 +146,9 @@ class Recorder(TorchDispatchMode):
         self.shadows = Shadows() if policy == "emulate" else None
         self.real_reads = 0  # device scalars read with their real value (see emulator.capture.shadows)
         self._measure = policy == "profile"
+        self._probing_host = False
+        # s_per_op of the host-speed workload measured at the start and after each iteration (emulate only)
+        self.host_speed_by_iteration: list[float] = []
         self._cuda_timing = self._measure and device_type == "cuda"
 
     # ------------------------------------------------------------------ context
@@ -177,12 +181,33 @@ class Recorder(TorchDispatchMode):
 
     # ------------------------------------------------------------------ iterations
     def _step_pre(self, optimizer, args, kwargs) -> None:
-        self.in_optimizer += 1
+        if not self._probing_host:
+            self.in_optimizer += 1
 
     def _step_post(self, optimizer, args, kwargs) -> None:
+        if self._probing_host:  # the host-speed probe's own optimizer
+            return
         self.in_optimizer = max(self.in_optimizer - 1, 0)
         if self.in_optimizer == 0:
             self.next_iteration()
+
+    def probe_host_speed(self) -> None:
+        """Time the host-speed workload (emulator.core.hostspeed) here, between two iterations: outside the
+        recording mode and the module attribution, its CPU time the emulator's, not the program's. Each
+        iteration's host gaps are then read against the machine's speed next to them
+        (`host_speed_by_iteration`: this VM's speed drifts within a run)."""
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        from emulator.core import hostspeed
+
+        t0 = _clock()
+        self._probing_host = True
+        try:
+            with _disable_current_modes(), self.tracker.paused():
+                self.host_speed_by_iteration.append(hostspeed.measure(**HOST_SPEED_PROBE)["s_per_op"])
+        finally:
+            self._probing_host = False
+            self._overhead += _clock() - t0
 
     def next_iteration(self) -> None:
         """An iteration ended (optimizer step returned, or `emulator.mark_iteration()`)."""
@@ -194,7 +219,9 @@ class Recorder(TorchDispatchMode):
         now, cpu = time.perf_counter(), time.process_time()
         self.iteration_wall_s.append(now - self._iter_start[0])
         self.iteration_cpu_s.append(cpu - self._iter_start[1])
-        self._iter_start = (now, cpu)
+        if self.policy == "emulate":
+            self.probe_host_speed()
+        self._iter_start = (time.perf_counter(), time.process_time())
         if self.max_iterations is not None and self.steps >= self.max_iterations:
             raise StopEmulation(f"stopped after {self.steps} iterations (--iterations)")
 

@@ -119,8 +119,9 @@ class Session:
         t0 = time.perf_counter()
         rec = self.recorder
         try:
-            if self.policy == "emulate" and self.ns.rank == 0:  # this machine's host speed, once per job
+            if self.policy == "emulate":  # this machine's host speed (rank 0's is the job's figure)
                 self.host_speed = hostspeed.measure(**_HOST_SPEED_RUN)
+                rec.host_speed_by_iteration.append(self.host_speed["s_per_op"])
             with rec:
                 if self.policy in ("emulate", "cpu"):  # profiling measures; its gaps are not predictions
                     self.pricing.start()
@@ -191,7 +192,7 @@ class Session:
             real_value_reads=rec.real_reads, eager_fallbacks=dict(self.eager_fallbacks), wall_s=wall,
             iteration_wall_s=rec.iteration_wall_s, iteration_cpu_s=rec.iteration_cpu_s,
             host_gap_baseline_s=self.pricing.charged, host_gap_price_samples=self.pricing.samples,
-            host_speed=getattr(self, "host_speed", None),
+            host_speed=getattr(self, "host_speed", None), host_speed_by_iteration=rec.host_speed_by_iteration,
             fast_path={"hits": rec.fast_hits, "signatures": len(rec._out_specs)}))
 
 

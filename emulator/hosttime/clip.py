@@ -37,3 +37,34 @@ def clip_spikes(ops: list[str], phases: list, modules: list, gaps: list[float]) 
             if out[i] > bound:
                 out[i] = bound
     return out
+
+
+def same_position_medians(iterations: list[int], ops: list[str], gaps: list[float]) -> list[float]:
+    """Host gaps of repeated iterations replaced by the median of the same position over those iterations.
+
+    Why: a steady training iteration repeats the same op sequence, so the gap before its k-th op is the
+    same host work every time; one sample per gap carries this machine's moment-to-moment speed, the
+    median over the iterations that repeat the sequence does not. Only iterations >= 0 whose op
+    sequence is exactly the most common one take part (the first step often allocates optimizer
+    state, a changed batch shape is another program); with fewer than two such iterations the gaps
+    stay as they are.
+    """
+    rows_by_it: dict[int, list[int]] = defaultdict(list)
+    for i, it in enumerate(iterations):
+        if it >= 0:
+            rows_by_it[it].append(i)
+    sequences: dict[tuple, list[int]] = defaultdict(list)
+    for it, rows in rows_by_it.items():
+        sequences[tuple(ops[i] for i in rows)].append(it)
+    if not sequences:
+        return list(gaps)
+    repeated = max(sequences.values(), key=len)
+    if len(repeated) < 2:
+        return list(gaps)
+    out = list(gaps)
+    table = np.array([[gaps[i] for i in rows_by_it[it]] for it in repeated])
+    medians = np.median(table, axis=0)
+    for it in repeated:
+        for i, m in zip(rows_by_it[it], medians, strict=True):
+            out[i] = float(m)
+    return out

@@ -75,3 +75,21 @@ def host_gap_scale(local: dict | None, gpu_key: str, explicit: float | None = No
         return {"scale": 1.0, "source": f"unscaled: this machine's host speed ({why})"}
     return {"scale": scale, "source": f"{kind}: {where} vs this machine",
             "local_s_per_op": local["s_per_op"], "target_s_per_op": target["s_per_op"]}
+
+
+def rank_scale(host: dict, speeds: list[float]) -> float:
+    """The host-gap scale of one rank from its own probes of the host-speed workload: the median of the
+    rank's probes (before the program and after each iteration) against the target's measurement.
+
+    Why the median of every probe and not the run's first and last: this machine's speed moves within
+    seconds, and a probe is itself a short sample; the median over several, spread through the run, is
+    the most stable estimate of the speed the gaps were recorded at (single probes next to each
+    iteration made the spread of five predictions worse, not better). The run's one scale when the
+    target's speed is not a measurement (an explicit scale, the cpu target, no inventory) or the rank
+    took no probes."""
+    target = host.get("target_s_per_op")
+    good = sorted(s for s in speeds if s and s > 0)
+    if not target or not good:
+        return float(host["scale"])
+    return float(target) / good[len(good) // 2] if len(good) % 2 else float(target) / (
+        (good[len(good) // 2 - 1] + good[len(good) // 2]) / 2)

@@ -55,6 +55,8 @@ def merge(job: EmulationJob, runs: dict[int, RankRun], rank_map: dict[int, int],
         gpu=job.gpu, gpu_name=gpu_name, world_size=world, nnodes=job.nnodes, nproc_per_node=job.nproc_per_node,
         torch_version=first.torch_version if first else None, iterations_requested=job.iterations,
         host_speed=first.host_speed if first else None, iterations_found=min(iterations) if iterations else 0,
+        host_speed_by_rank={str(r): list(s.host_speed_by_iteration) for r, s in sorted(summaries.items())
+                            if s.host_speed_by_iteration},
         peak_allocated_bytes={str(r): summaries[rep].peak_allocated for r, rep in sorted(rank_map.items())
                               if rep in summaries},
         peak_reserved_bytes={str(r): summaries[rep].peak_reserved for r, rep in sorted(rank_map.items())

@@ -58,7 +58,9 @@ class RankSummary:
     host_clock: str = "process_cpu"  # host_gap_s is process CPU time less the emulator's own
     host_gap_baseline_s: dict = field(default_factory=dict)  # the emulator's per-call prices charged to the gaps
     host_gap_price_samples: list[dict] = field(default_factory=list)
-    host_speed: dict | None = None  # emulator.core.hostspeed of this machine (rank 0)
+    host_speed: dict | None = None  # emulator.core.hostspeed of this machine, before and after the program
+    # s_per_op of that workload at the start and after each iteration: the speed next to each iteration's gaps
+    host_speed_by_iteration: list[float] = field(default_factory=list)
     fast_path: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -92,6 +94,7 @@ class EmulationSummary:
     iterations_requested: int | None = None
     iterations_found: int = 0
     host_speed: dict | None = None
+    host_speed_by_rank: dict[str, list[float]] = field(default_factory=dict)  # RankSummary.host_speed_by_iteration
     peak_allocated_bytes: dict[str, int] = field(default_factory=dict)  # rank (as a string) -> bytes
     peak_reserved_bytes: dict[str, int] = field(default_factory=dict)
     oom: bool = False

@@ -180,3 +180,22 @@ def test_a_target_whose_nodes_were_never_measured_takes_another_gpu_nodes_host_a
     got = host_gap_scale(here, "a100-80gb")
     assert got["scale"] == pytest.approx(0.25, rel=0.01) and "EPYC of the l40s node" in got["source"]
     assert host_gap_scale(here, "cpu")["scale"] == 1.0  # the cpu target is this machine: never a proxy
+
+
+def test_repeated_iterations_take_the_median_gap_of_each_position():
+    from emulator.hosttime import same_position_medians
+
+    ops = ["aten::mm", "aten::add"] * 4
+    iters = [0, 0, 1, 1, 2, 2, 3, 3]
+    gaps = [1.0, 2.0, 1.2, 2.4, 9.0, 2.2, 1.1, 2.1]  # a slow moment at iteration 2's first gap
+    out = same_position_medians(iters, ops, gaps)
+    assert out[0::2] == [1.15] * 4 and out[1::2] == [2.15] * 4
+    assert same_position_medians([0, 1], ["a", "b"], [1.0, 5.0]) == [1.0, 5.0]  # no repeated sequence
+
+
+def test_each_rank_reads_its_gaps_against_the_median_of_its_probes():
+    from emulator.hosttime import rank_scale
+
+    host = {"scale": 0.5, "target_s_per_op": 10e-6}
+    assert rank_scale(host, [20e-6, 40e-6, 18e-6]) == pytest.approx(0.5)  # median 20 us; the slow probe ignored
+    assert rank_scale(host, []) == 0.5 and rank_scale({"scale": 0.3}, [20e-6]) == 0.3
