@@ -189,7 +189,7 @@ def test_repeated_iterations_take_the_median_gap_of_each_position():
     iters = [0, 0, 1, 1, 2, 2, 3, 3]
     gaps = [1.0, 2.0, 1.2, 2.4, 9.0, 2.2, 1.1, 2.1]  # a slow moment at iteration 2's first gap
     out = same_position_medians(iters, ops, gaps)
-    assert out[0::2] == [1.15] * 4 and out[1::2] == [2.15] * 4
+    assert out[0::2] == pytest.approx([1.15] * 4) and out[1::2] == pytest.approx([2.15] * 4)
     assert same_position_medians([0, 1], ["a", "b"], [1.0, 5.0]) == [1.0, 5.0]  # no repeated sequence
 
 
