@@ -37,7 +37,8 @@ calibrate: $(STAMP)      ## run the calibration chain for GPU=<part> (default cp
 	$(BIN)/maya calibrate --gpu $(GPU)
 
 dagster: $(STAMP)        ## open the Dagster UI on the pipelines
-	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/warehouse/dagster_home}; mkdir -p $$DAGSTER_HOME; \
+	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/warehouse/dagster_home}; \
+	$(BIN)/python -c "import sys; from pipelines.resources import ensure_instance; ensure_instance(sys.argv[1])" $$DAGSTER_HOME; \
 	DAGSTER_HOME=$$DAGSTER_HOME $(BIN)/dagster dev -m pipelines.definitions
 
 mlflow: $(STAMP)         ## open the MLflow UI on the local store

@@ -30,7 +30,22 @@ from emulator.core.settings import (
 
 HISTORY_TAG = "maya.champion_history"
 KINDS = ("kernels", "collectives")
-PIP_REQUIREMENTS = ["xgboost-cpu>=2.1", "pandas>=2.1", "numpy>=1.26", "scipy"]
+PIP_REQUIREMENTS = ["xgboost-cpu>=2.1", "pandas>=2.1", "numpy>=1.26", "scipy", "pyarrow>=15"]
+
+
+def input_example(kind: str):
+    """Two rows as a trace stores them (list columns as lists), for the model's page and its validation."""
+    import pandas as pd
+
+    if kind == "kernels":
+        return pd.DataFrame([
+            {"kind": "kernel", "op": "aten::mm", "shapes": [[4096, 4096], [4096, 4096]],
+             "dtypes": ["bfloat16", "bfloat16"], "strides": [[4096, 1], [1, 4096]], "args": "{}"},
+            {"kind": "kernel", "op": "aten::add", "shapes": [[4096, 4096], [4096, 4096]],
+             "dtypes": ["bfloat16", "bfloat16"], "strides": [[4096, 1], [4096, 1]], "args": "{}"}])
+    return pd.DataFrame([
+        {"kind": "collective", "op": "c10d::allreduce_", "coll_bytes": 1 << 26, "group_ranks": list(range(8))},
+        {"kind": "collective", "op": "c10d::_allgather_base_", "coll_bytes": 1 << 24, "group_ranks": [0, 1]}])
 
 
 class RegistryError(RuntimeError):
@@ -51,14 +66,30 @@ def client():
 
 
 def experiment_id(gpu: str) -> str:
+    """The GPU's experiment; its artifacts go where the tracking server keeps them, or, for a local store,
+    under the warehouse (a model registered on a team server must load from anywhere)."""
     c = client()
     name = f"maya-{gpu}"
     exp = c.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
+    if _remote(mlflow_tracking_uri()):
+        return c.create_experiment(name)
     art = Path(mlflow_artifact_root()) / name
     art.mkdir(parents=True, exist_ok=True)
     return c.create_experiment(name, artifact_location=art.resolve().as_uri())
+
+
+def _remote(uri: str) -> bool:
+    return uri.split(":", 1)[0] in ("http", "https", "databricks", "databricks-uc")
+
+
+def code_paths() -> list[str]:
+    """The packages a registered model imports: it carries them, so loading it needs no maya install."""
+    import emulator
+    import maya_models
+
+    return [str(Path(emulator.__file__).parent), str(Path(maya_models.__file__).parent)]
 
 
 def log_and_register(kind: str, gpu: str, predictor, *, params: dict, metrics: dict, snapshot: dict,
@@ -68,7 +99,7 @@ def log_and_register(kind: str, gpu: str, predictor, *, params: dict, metrics: d
     import mlflow
 
     from maya_models.metrics import scatter_png
-    from maya_models.pyfunc import MayaPredictorModel, model_signature
+    from maya_models.pyfunc import UNITS, MayaPredictorModel, model_signature
 
     client()
     name = model_name(kind, gpu)
@@ -93,7 +124,10 @@ def log_and_register(kind: str, gpu: str, predictor, *, params: dict, metrics: d
             pdir = predictor.save(Path(tmp) / "predictor")
             info = mlflow.pyfunc.log_model(name="model", python_model=MayaPredictorModel(),
                                            artifacts={"predictor": str(pdir)}, signature=model_signature(),
-                                           registered_model_name=name, pip_requirements=PIP_REQUIREMENTS)
+                                           registered_model_name=name, pip_requirements=PIP_REQUIREMENTS,
+                                           code_paths=code_paths(), input_example=input_example(kind),
+                                           metadata={"units": UNITS, "contract": "maya_models.contract",
+                                                     "gpu": gpu, "kind": kind})
         version = str(info.registered_model_version)
     c = client()
     if score is not None:
@@ -164,44 +198,76 @@ def set_champion(kind: str, gpu: str, version: str) -> None:
 
 
 def rollback(kind: str, gpu: str) -> dict:
-    """Move the champion back to the version that held it before the current one."""
+    """Move the champion back to the version that held it before the one the alias points at now.
+
+    The alias, not the history tag, says who the champion is: someone may have moved it by hand."""
     name = model_name(kind, gpu)
+    current = champion_version(kind, gpu)
+    if current is None:
+        raise RegistryError(f"{name}: no champion to roll back from")
     hist = _history(kind, gpu)
-    if len(hist) < 2:
-        raise RegistryError(f"{name}: no earlier champion to roll back to (history {hist})")
-    current = hist.pop()
+    if current not in hist:
+        raise RegistryError(f"{name}: the champion is v{current}, which the promotion history {hist} does not "
+                            "hold (the alias was moved outside maya); promote the version you want with "
+                            "`maya models promote --version V`")
+    at = len(hist) - 1 - hist[::-1].index(current)
+    if at == 0:
+        raise RegistryError(f"{name}: v{current} is the first champion; nothing earlier to roll back to")
+    hist = hist[:at]
     c = client()
     c.set_registered_model_alias(name, CHAMPION_ALIAS, hist[-1])
     c.set_registered_model_tag(name, HISTORY_TAG, json.dumps(hist))
     return {"model": name, "from": current, "to": hist[-1]}
 
 
+GATE_METRIC = "mean over op families of the median APE on the fixed evaluation set (lower is better)"
+
+
 def gate(kind: str, gpu: str, version: str, score_fn) -> dict:
-    """Promote `version` if it scores lower (better) than the champion; `score_fn(predictor) -> float`."""
+    """Promote `version` if it scores lower (better) than the champion; `score_fn(predictor) -> float`.
+
+    The evidence goes onto the candidate's MLflow run: its score, the champion's, the metric and the
+    threshold (a challenger must be strictly better), and the decision."""
     name = model_name(kind, gpu)
     champ = champion_version(kind, gpu)
     new_score = float(score_fn(load_predictor(kind, gpu, version=version)))
     out = {"model": name, "challenger": str(version), "challenger_score": new_score, "champion_before": champ}
     if champ is None:
         set_champion(kind, gpu, version)
-        return {**out, "promoted": True, "reason": "no champion yet", "champion": str(version)}
-    if str(champ) == str(version):
-        return {**out, "promoted": False, "reason": "already champion", "champion": champ}
-    old_score = float(score_fn(load_predictor(kind, gpu, version=champ)))
-    out["champion_score"] = old_score
-    if new_score < old_score:
-        set_champion(kind, gpu, version)
-        return {**out, "promoted": True, "champion": str(version),
-                "reason": f"score {new_score:.3f} < champion's {old_score:.3f}"}
-    return {**out, "promoted": False, "champion": champ,
-            "reason": f"score {new_score:.3f} does not beat champion's {old_score:.3f}"}
+        out.update(promoted=True, reason="no champion yet", champion=str(version))
+    elif str(champ) == str(version):
+        out.update(promoted=False, reason="already champion", champion=champ)
+    else:
+        old_score = float(score_fn(load_predictor(kind, gpu, version=champ)))
+        out["champion_score"] = old_score
+        if new_score < old_score:
+            set_champion(kind, gpu, version)
+            out.update(promoted=True, champion=str(version),
+                       reason=f"score {new_score:.3f} < champion's {old_score:.3f}")
+        else:
+            out.update(promoted=False, champion=champ,
+                       reason=f"score {new_score:.3f} does not beat champion's {old_score:.3f}")
+    _log_gate(name, version, out)
+    return out
+
+
+def _log_gate(name: str, version: str, out: dict) -> None:
+    c = client()
+    run_id = c.get_model_version(name, version).run_id
+    c.log_metric(run_id, "gate.challenger_score", out["challenger_score"])
+    if out.get("champion_score") is not None:
+        c.log_metric(run_id, "gate.champion_score", out["champion_score"])
+    for key, value in (("gate.metric", GATE_METRIC), ("gate.threshold", "challenger score < champion score"),
+                       ("gate.champion_before", str(out.get("champion_before"))),
+                       ("gate.promoted", str(out["promoted"])), ("gate.reason", out["reason"])):
+        c.set_tag(run_id, key, value)
 
 
 def list_models(gpu: str | None = None) -> list[dict]:
     c = client()
     out = []
-    for rm in c.search_registered_models():
-        if not rm.name.startswith("maya-") or (gpu and not rm.name.endswith(f"-{gpu}")):
+    for rm in _maya_models(c):
+        if gpu and not rm.name.endswith(f"-{gpu}"):
             continue
         for found in c.search_model_versions(f"name='{rm.name}'"):
             v = c.get_model_version(rm.name, found.version)  # search results leave aliases out
@@ -209,6 +275,17 @@ def list_models(gpu: str | None = None) -> list[dict]:
                         "eval_score": v.tags.get("maya.eval_score"), "run_id": v.run_id,
                         "created": v.creation_timestamp})
     return sorted(out, key=lambda r: (r["model"], int(r["version"])))
+
+
+def _maya_models(c) -> list:
+    """Every registered model named maya-*, page by page (a shared server holds more than one page)."""
+    found, token = [], None
+    while True:
+        page = c.search_registered_models(filter_string="name LIKE 'maya-%'", max_results=100, page_token=token)
+        found += list(page)
+        token = page.token
+        if not token:
+            return found
 
 
 def main(argv=None) -> int:

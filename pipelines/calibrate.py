@@ -63,13 +63,10 @@ def calibrate(gpu: str, *, budget_s: float | None = None, traces: list[str] = ()
     from pipelines.calibration.assets import CALIBRATION_ASSETS
     from pipelines.calibration.checks import WAREHOUSE_CHECKS
     from pipelines.predictors.assets import PREDICTOR_ASSETS
-    from pipelines.resources import WarehouseResource
+    from pipelines.resources import WarehouseResource, ensure_instance
 
     root = Path(root) if root else warehouse_root()
-    home = Path(os.environ.get("DAGSTER_HOME") or root / "dagster_home")
-    home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():  # defaults: SQLite storage inside home; no telemetry
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    home = ensure_instance(Path(os.environ.get("DAGSTER_HOME") or root / "dagster_home"))
     os.environ["DAGSTER_HOME"] = str(home)
     instance = dg.DagsterInstance.get()
     assets = CALIBRATION_ASSETS if skip_predictors else CALIBRATION_ASSETS + PREDICTOR_ASSETS

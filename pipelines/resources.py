@@ -14,6 +14,31 @@ from emulator.core.hardware import known_gpus
 
 GPU_PARTITIONS = dg.StaticPartitionsDefinition(sorted(set(known_gpus()) | {"cpu"}))
 
+# The Dagster instance maya sets up (`make dagster`, `maya calibrate`) when DAGSTER_HOME has no dagster.yaml:
+# no telemetry; runs queued, one at a time per `maya/gpu` tag value; the concurrency pools of
+# pipelines.calibration.assets limited to one step each.
+INSTANCE_YAML = """telemetry:
+  enabled: false
+run_queue:
+  tag_concurrency_limits:
+    - key: maya/gpu
+      value:
+        applyLimitPerUniqueValue: true
+      limit: 1
+concurrency:
+  pools:
+    default_limit: 1
+"""
+
+
+def ensure_instance(home: Path) -> Path:
+    """DAGSTER_HOME with maya's instance settings unless the team keeps its own dagster.yaml there."""
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text(INSTANCE_YAML)
+    return home
+
 # default time budgets (seconds): a default GPU kernel sweep fits in ~8 min; the CPU chain in ~10 min in all
 DEFAULT_KERNEL_BUDGET_S = {"cpu": 200.0, "gpu": 480.0}
 DEFAULT_COLLECTIVE_BUDGET_S = {"cpu": 45.0, "gpu": 120.0}

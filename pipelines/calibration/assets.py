@@ -23,6 +23,12 @@ from pipelines.resources import (
 )
 
 GROUP = "calibration"
+# Concurrency pools (limits in the instance's dagster.yaml, see pipelines.resources.INSTANCE_YAML): one writer of the
+# DuckDB file at a time (DuckDB has a single writer), and one timing step at a time on a node (two runs timing
+# on one GPU would each measure the other's load). Runs of one GPU are also queued one at a time by their
+# `maya/gpu` tag.
+WAREHOUSE_POOL = "maya-warehouse"
+TIMING_POOL = "maya-timing"
 
 
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"python"})
@@ -40,7 +46,7 @@ def hardware(context: dg.AssetExecutionContext, warehouse_store: WarehouseResour
         "nvml": dg.MetadataValue.json(nvml)})
 
 
-@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[hardware], kinds={"pytorch"})
+@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[hardware], kinds={"pytorch"}, pool=TIMING_POOL)
 def kernel_benchmarks(context: dg.AssetExecutionContext, config: KernelBenchConfig,
                       warehouse_store: WarehouseResource) -> dg.MaterializeResult:
     """Kernel microbenchmarks (trace-harvested signatures first, then the designed sweep) into the warehouse."""
@@ -62,7 +68,7 @@ def kernel_benchmarks(context: dg.AssetExecutionContext, config: KernelBenchConf
     return dg.MaterializeResult(metadata=to_metadata(s))
 
 
-@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[hardware], kinds={"pytorch"})
+@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[hardware], kinds={"pytorch"}, pool=TIMING_POOL)
 def collective_benchmarks(context: dg.AssetExecutionContext, config: CollectiveBenchConfig,
                           warehouse_store: WarehouseResource) -> dg.MaterializeResult:
     """all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send/recv via torchrun workers."""
@@ -81,7 +87,7 @@ def collective_benchmarks(context: dg.AssetExecutionContext, config: CollectiveB
     return dg.MaterializeResult(metadata=to_metadata(s))
 
 
-@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"parquet"})
+@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"parquet"}, pool=WAREHOUSE_POOL)
 def reference_measurements(context: dg.AssetExecutionContext,
                            warehouse_store: WarehouseResource) -> dg.MaterializeResult:
     """The committed public measurements (warehouse/reference/) written into the warehouse per gpu/source.
@@ -98,7 +104,7 @@ def reference_measurements(context: dg.AssetExecutionContext,
 
 
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"duckdb"},
-          deps=[kernel_benchmarks, collective_benchmarks, reference_measurements])
+          deps=[kernel_benchmarks, collective_benchmarks, reference_measurements], pool=WAREHOUSE_POOL)
 def warehouse(context: dg.AssetExecutionContext, warehouse_store: WarehouseResource) -> dg.MaterializeResult:
     """DuckDB views over the Parquet measurements (the quality checks are `pipelines.calibration.checks`).
 

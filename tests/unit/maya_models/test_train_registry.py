@@ -109,11 +109,22 @@ def test_worse_challenger_is_not_promoted_and_rollback_works(trained, data, caps
     assert main(["list", "--gpu", "h100"]) == 0
     assert main(["rollback", "--gpu", "h100", "--kind", "collectives"]) == 1  # nothing earlier: says so, fails
     out = capsys.readouterr().out
-    assert "maya-kernels-h100" in out and "champion" in out and "no earlier champion" in out
+    assert "maya-kernels-h100" in out and "champion" in out and "nothing earlier to roll back to" in out
     set_champion("kernels", "h100", "2")  # an operator forces it ...
     assert champion_version("kernels", "h100") == "2"
     assert rollback("kernels", "h100") == {"model": "maya-kernels-h100", "from": "2", "to": "1"}
     assert champion_version("kernels", "h100") == "1"
+    # the alias moved outside maya (not in the history): rollback refuses instead of trusting the tag
+    from maya_models.registry import RegistryError, client
+
+    client().set_registered_model_alias("maya-kernels-h100", "champion", "2")
+    client().set_registered_model_tag("maya-kernels-h100", "maya.champion_history", '["1"]')
+    with pytest.raises(RegistryError, match="does not hold"):
+        rollback("kernels", "h100")
+    # the gate's evidence is on the challenger's run
+    run = client().get_run(client().get_model_version("maya-kernels-h100", "2").run_id)
+    assert run.data.metrics["gate.challenger_score"] == r["challenger_score"]
+    assert run.data.tags["gate.promoted"] == "False" and "champion" in run.data.tags["gate.threshold"]
 
 
 def test_tiny_partition_refused_and_unseen_gpu_goes_cross_gpu(store, data):

@@ -38,3 +38,27 @@ def test_predictor_assets_train_then_publish_both_kinds(wh, monkeypatch):
     assert md["kernel_predictor"]["version"].value == "7" and "predictor" not in md["kernel_predictor"]
     assert md["published_predictors"]["kernels_promoted"].value is True
     assert md["published_predictors"]["collectives_champion"].value == "3"
+
+
+def test_a_failed_blocking_warehouse_check_stops_predictor_training(wh, monkeypatch):
+    """A truncated measurement file fails parquet_integrity, and nothing trains on that partition."""
+    import pyarrow as pa
+
+    from maya_models.warehouse import write_measurements
+    from pipelines.calibration.assets import warehouse
+    from pipelines.calibration.checks import WAREHOUSE_CHECKS
+
+    rows = [{"kind": "kernel", "op": "aten::mm", "family": "gemm", "signature": f"s{i}", "duration_s": 1e-3,
+             "spread": 0.01, "repeats": 5, "status": "ok", "gpu": "cpu", "source": "maya-bench",
+             "run_id": "r1", "schema_version": 1} for i in range(3)]
+    good = write_measurements(pa.Table.from_pylist(rows), root=wh, gpu="cpu", source="maya-bench", run_id="r1")
+    good.with_name("r2-00000.parquet").write_bytes(good.read_bytes()[:100])
+    trained = []
+    monkeypatch.setattr(train, "train_kernel_predictor", lambda gpu, *, root=None: trained.append(gpu))
+    monkeypatch.setattr(train, "train_collective_predictor", lambda gpu, *, root=None: trained.append(gpu))
+    result = dg.materialize([warehouse, *WAREHOUSE_CHECKS, *PREDICTOR_ASSETS], partition_key="cpu",
+                            raise_on_error=False, resources={"warehouse_store": WarehouseResource(root=str(wh))})
+    evals = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert evals["parquet_integrity"] is False
+    assert trained == []
+    assert not result.success
