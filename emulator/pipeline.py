@@ -22,6 +22,7 @@ from pathlib import Path
 from emulator.collate.hangs import HangError
 from emulator.collate.job import CollateError, collate
 from emulator.core.hardware import UnknownGPUError
+from emulator.core.variants import GPUVariantError, read_gpu_spec_file, variant_from_table
 from emulator.estimate import NoPredictorError, estimate, load_predictors
 from emulator.hosttime import apply_host_time
 from emulator.report.prediction import Prediction, build_prediction
@@ -35,20 +36,27 @@ from emulator.trace.schema import TraceSchemaError
 from emulator.trace.summaries import SummaryError
 
 EXPECTED_ERRORS = (TraceSchemaError, SummaryError, CollateError, ClusterFileError, NoPredictorError,
-                   UnknownGPUError, FileNotFoundError)
+                   UnknownGPUError, GPUVariantError, FileNotFoundError)
 
 
 def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | None = None,
                        nproc_per_node: int | None = None, cluster: Path | None = None,
                        price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
-                       timeline: bool = True, roofline_only: bool = False, write: bool = True) -> Prediction:
+                       timeline: bool = True, roofline_only: bool = False, write: bool = True,
+                       gpu_spec: Path | None = None) -> Prediction:
     """Predict iteration time, memory and cost of the emulated job in `trace_dir` on a (possibly different)
-    GPU and cluster shape. Raises the EXPECTED_ERRORS for inputs that cannot be simulated."""
+    GPU and cluster shape. Raises the EXPECTED_ERRORS for inputs that cannot be simulated.
+
+    The part: `gpu`, else the variant of `gpu_spec` (a `[gpu]` file), else the cluster file's, else the
+    emulated one (a variant the emulation ran on is registered again from emulation.json)."""
     t0 = time.perf_counter()
     trace_dir = Path(trace_dir)
     summary = read_summary(trace_dir)
+    if summary.gpu_spec:
+        variant_from_table(summary.gpu_spec, f"{trace_dir}/emulation.json gpu_spec")
     file = read_cluster_file(cluster) if cluster else {}
-    gpu_key = gpu or file.get("gpu") or summary.gpu or "h100"
+    variant = read_gpu_spec_file(gpu_spec).key if gpu_spec else None
+    gpu_key = gpu or variant or file.get("gpu") or summary.gpu or "h100"
     nn = nnodes or file.get("nnodes")
     npn = nproc_per_node or file.get("gpus_per_node") or file.get("nproc_per_node")
     hang = None

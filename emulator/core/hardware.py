@@ -14,6 +14,13 @@ Sources:
 - V100: NVIDIA Tesla V100 datasheet (2018), SXM2 32GB column.
 - L4: NVIDIA L4 datasheet (2023); T4: NVIDIA T4 datasheet (2019).
 - H100 NVL / PCIe: H100 datasheet, "H100 NVL" column.
+- H800 SXM5: NVIDIA H800 product brief (2023): the H100 SXM5 die with NVLink cut to 400 GB/s
+  (both directions, 200 GB/s each way) and FP64 to 1 TFLOP/s; memory and tensor rates as H100.
+- H100 SXM5 96 GB: the H100 SXM5 with its sixth HBM3 stack enabled (TechPowerUp GPU database,
+  "H100 SXM5 96 GB": 96 GB, 3.36 TB/s, 700 W). Its exposed capacity is the nominal 96 GiB times the
+  80 GB part's exposed fraction (81559 / 81920 MiB): an estimate, override it with `memory_GiB`.
+Variants (`base` set) are timed by their base part's predictors, brought to the variant's clock,
+bandwidths and links by `emulator.estimate.variant` (labelled in every report).
 `name` is the string `torch.cuda.get_device_name()` reports on the real part, and
 `memory_bytes` the `total_memory` the driver exposes (nvidia-smi's MiB x 2**20).
 Prices are indicative on-demand USD per GPU-hour (late 2026 public cloud list prices);
@@ -54,6 +61,15 @@ class GPUSpec:
     intranode_latency_s: float = 2e-6
     aliases: tuple[str, ...] = field(default_factory=tuple)
     is_cpu: bool = False
+    base: str | None = None  # a variant of this known part: its predictors time the variant
+    power_limit_w: int | None = None  # board power limit when below tdp_w (sets the sustained clock)
+    sustained_clock_mhz: int | None = None  # SM clock under a training load, when known
+    variant_table: dict | None = None  # the `[gpu]` table it was built from (travels to workers and reports)
+
+    @property
+    def model_key(self) -> str:
+        """The part whose registered predictors time this one (itself unless it is a variant)."""
+        return self.base or self.key
 
     @property
     def supports_bf16(self) -> bool:
@@ -94,6 +110,18 @@ register(GPUSpec(
     capability=(9, 0), peak_flops=_flops(66.9, 494.7, 989.4, 989.4, 1978.9, 33.5),
     hbm_bandwidth=3.35 * TB, l2_bytes=50 * MiB, nvlink_bandwidth=450 * GB, pcie_bandwidth=64 * GB,
     clock_mhz=1980, tdp_w=700, price_per_hour=3.00, aliases=("h100-sxm", "h100_sxm", "h100-80gb"),
+))
+register(GPUSpec(
+    key="h100-96gb", name="NVIDIA H100 96GB HBM3", memory_bytes=int(96 * 1024 * 81559 / 81920) * MiB,
+    sm_count=132, capability=(9, 0), peak_flops=_flops(66.9, 494.7, 989.4, 989.4, 1978.9, 33.5),
+    hbm_bandwidth=3.36 * TB, l2_bytes=50 * MiB, nvlink_bandwidth=450 * GB, pcie_bandwidth=64 * GB,
+    clock_mhz=1980, tdp_w=700, price_per_hour=3.20, aliases=("h100-sxm-96gb", "h100-sxm5-96gb"), base="h100",
+))
+register(GPUSpec(
+    key="h800", name="NVIDIA H800", memory_bytes=81559 * MiB, sm_count=132,
+    capability=(9, 0), peak_flops=_flops(66.9, 494.7, 989.4, 989.4, 1978.9, 1.0),
+    hbm_bandwidth=3.35 * TB, l2_bytes=50 * MiB, nvlink_bandwidth=200 * GB, pcie_bandwidth=64 * GB,
+    clock_mhz=1980, tdp_w=700, price_per_hour=2.60, aliases=("h800-sxm", "h800-sxm5", "h800-80gb"), base="h100",
 ))
 register(GPUSpec(
     key="h100-nvl", name="NVIDIA H100 NVL", memory_bytes=95830 * MiB, sm_count=132,
@@ -240,7 +268,8 @@ def gpu_key_from_device_name(name: str) -> str | None:
     for spec in GPUS.values():
         if spec.name.lower() == n:
             return spec.key
-    rules = [("h200", "h200"), ("h100 nvl", "h100-nvl"), ("h100 pcie", "h100-nvl"), ("h100", "h100"),
+    rules = [("h200", "h200"), ("h800", "h800"), ("h100 nvl", "h100-nvl"), ("h100 pcie", "h100-nvl"),
+             ("h100 96gb", "h100-96gb"), ("h100", "h100"),
              ("b200", "b200"), ("a100-sxm4-40gb", "a100-40gb"), ("a100-pcie-40gb", "a100-40gb-pcie"),
              ("a100 80gb pcie", "a100-80gb-pcie"), ("a100", "a100-80gb"), ("l40s", "l40s"), ("l4", "l4"),
              ("v100", "v100"), ("t4", "t4")]

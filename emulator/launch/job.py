@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +42,20 @@ class EmulationJob:
             return "give a script or -m module"
         return None
 
+    def gpu_table(self) -> dict | None:
+        """The `[gpu]` table of a variant given on the command line or in a cluster file (the worker, a new
+        process, registers it again), None for a known part."""
+        from emulator.core.hardware import GPUS
+
+        spec = GPUS.get(self.gpu)
+        return spec.variant_table if spec is not None else None
+
     def worker_command(self, rank: int) -> list[str]:
         """`python -m emulator.launch.worker ...` for `rank` (torchrun's environment is set by the worker)."""
         cmd = list(self.worker)
+        table = self.gpu_table()
+        if table is not None:
+            cmd += ["--gpu-spec", json.dumps(table)]
         cmd += ["--gpu", self.gpu, "--rank", str(rank), "--world-size", str(self.world_size),
                 "--local-rank", str(rank % self.nproc_per_node), "--local-world-size", str(self.nproc_per_node),
                 "--nnodes", str(self.nnodes), "--node-rank", str(rank // self.nproc_per_node), "--out", str(self.out)]

@@ -52,7 +52,8 @@ def merge(job: EmulationJob, runs: dict[int, RankRun], rank_map: dict[int, int],
     iterations = [s.iterations for s in summaries.values()]
     return EmulationSummary(
         mode=mode, ok=ok, complete=ok and covered, script=job.script, module=job.module, argv=list(job.argv),
-        gpu=job.gpu, gpu_name=gpu_name, world_size=world, nnodes=job.nnodes, nproc_per_node=job.nproc_per_node,
+        gpu=job.gpu, gpu_name=gpu_name, gpu_spec=job.gpu_table(), world_size=world, nnodes=job.nnodes,
+        nproc_per_node=job.nproc_per_node,
         torch_version=first.torch_version if first else None, iterations_requested=job.iterations,
         host_speed=first.host_speed if first else None, iterations_found=min(iterations) if iterations else 0,
         host_speed_by_rank={str(r): list(s.host_speed_by_iteration) for r, s in sorted(summaries.items())

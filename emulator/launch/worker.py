@@ -21,6 +21,7 @@ real process group and measures every kernel row's duration.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -35,6 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         argv, program_args = argv[:i], argv[i + 1:]
     p = argparse.ArgumentParser(prog="python -m emulator.launch.worker", description=__doc__.splitlines()[0])
     p.add_argument("--gpu", default="h100")
+    p.add_argument("--gpu-spec", default=None, help="a GPU variant's [gpu] table as JSON")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--local-rank", type=int, default=None)
@@ -93,16 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     ns = parse_args(list(sys.argv[1:] if argv is None else argv))
     set_torchrun_env(ns)
     from emulator.core.hardware import UnknownGPUError, get_gpu
+    from emulator.core.variants import GPUVariantError, variant_from_table
     from emulator.device.boot import DeviceBootError, boot
 
     try:
+        if ns.gpu_spec:
+            variant_from_table(json.loads(ns.gpu_spec), "--gpu-spec")
         spec = get_gpu(ns.gpu)
         policy = ("time" if ns.timing_only else "profile") if ns.profile else ("cpu" if spec.is_cpu else "emulate")
         if policy == "emulate":
             # a CUDA build of torch on a machine with GPUs must not touch them: hide them from the driver
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
             boot(ns.local_world_size, spec.capability)
-    except (UnknownGPUError, DeviceBootError) as e:
+    except (UnknownGPUError, GPUVariantError, DeviceBootError) as e:
         print(f"maya worker: {e}", file=sys.stderr)
         write_setup_failure(ns, f"maya: {e}")
         return Exit.PROGRAM_FAILED

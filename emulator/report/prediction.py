@@ -31,6 +31,7 @@ from emulator.collate.hangs import HangReport
 from emulator.collate.job import CollatedJob
 from emulator.core.ops import numel, op_family
 from emulator.core.roofline import TENSOR_CORE_FAMILIES, row_dtype
+from emulator.core.variants import describe_variant
 from emulator.estimate.durations import Estimates
 from emulator.simulate.analysis import Timing
 from emulator.simulate.cluster import Cluster
@@ -113,7 +114,7 @@ def _finite(x):
     return x if x is not None and isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-OPTIONAL_KEYS = ("emulation_failed", "warning")  # present only when they say something
+OPTIONAL_KEYS = ("emulation_failed", "warning", "gpu_variant")  # present only when they say something
 
 
 @dataclass
@@ -160,6 +161,7 @@ class Prediction:
     timeline: bool = False  # timeline.json was written
     emulation_failed: dict | None = None  # {rank, error}: the trace stops where the program failed
     warning: str | None = None
+    gpu_variant: dict | None = None  # a variant of a known part: its base and what differs (emulator.core.variants)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -223,6 +225,7 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
         setup_s=timing.setup_s if timing and hang is None else None,
         steady_iterations=steady,
         host_speed=dict(host_speed or {}),
+        gpu_variant=describe_variant(spec),
     )
     if summary.ok is False and not pred.oom:
         err = (summary.error or "").strip().splitlines()

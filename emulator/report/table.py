@@ -42,7 +42,9 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     if pred.get("hang"):
         c.print(Panel(pred["hang"]["message"], style="red", title="hang"))
         return
-    t = Table(title=f"maya prediction: {pred['world_size']} x {pred['gpu']} "
+    variant = pred.get("gpu_variant")
+    part = f"{pred['gpu']} ({variant['name']}, a variant of {variant['base']})" if variant else pred["gpu"]
+    t = Table(title=f"maya prediction: {pred['world_size']} x {part} "
                     f"({pred['nnodes']} node(s) x {pred['nproc_per_node']})", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")

@@ -4,7 +4,8 @@ Defaults come from the part's `GPUSpec` (NVLink/NVSwitch bandwidth inside a node
 GPU between nodes); a cluster file (JSON or TOML) or flags override them. Keys of a cluster
 file (all optional; unknown keys are an error so a typo never silently keeps a default):
 
-    gpu = "h100"                      # part key, see `maya gpus`
+    gpu = "h100"                      # part key, see `maya gpus`; or a [gpu] table describing a
+                                      # variant of a known part (emulator.core.variants)
     nnodes = 4
     gpus_per_node = 8                 # alias: nproc_per_node
     nvlink_bandwidth_GBps = 450       # per GPU, one direction, inside a node
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.core.hardware import GPUSpec, get_gpu, with_overrides
+from emulator.core.variants import GPUVariantError, variant_from_table
 
 CLUSTER_KEYS = {"gpu", "nnodes", "gpus_per_node", "nproc_per_node", "nvlink_bandwidth_GBps",
                 "internode_bandwidth_GBps", "intranode_latency_us", "internode_latency_us", "price_per_gpu_hour",
@@ -81,6 +83,11 @@ def read_cluster_file(path: Path) -> dict:
     unknown = sorted(set(data) - CLUSTER_KEYS)
     if unknown:
         raise ClusterFileError(f"{path}: unknown keys {unknown}; known: {sorted(CLUSTER_KEYS)}")
+    if isinstance(data.get("gpu"), dict):  # a variant: registered, and named by its key from here on
+        try:
+            data["gpu"] = variant_from_table(data["gpu"], f"{path} [gpu]").key
+        except GPUVariantError as e:
+            raise ClusterFileError(str(e)) from e
     return data
 
 

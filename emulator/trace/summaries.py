@@ -87,6 +87,7 @@ class EmulationSummary:
     argv: list[str] = field(default_factory=list)
     gpu: str = "h100"
     gpu_name: str | None = None
+    gpu_spec: dict | None = None  # the `[gpu]` table of a variant (emulator.core.variants), re-registered on read
     world_size: int = 1
     nnodes: int = 1
     nproc_per_node: int = 1
