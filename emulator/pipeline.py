@@ -82,7 +82,7 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     pred.timeline = bool(timeline and result is not None and tm is not None)
     if write:
         if pred.timeline:
-            write_timeline(trace_dir / TIMELINE_JSON, result)
+            write_timeline(trace_dir / TIMELINE_JSON, result, launch_overhead_s=cl.launch_overhead_s)
         pred.simulation_wall_s = time.perf_counter() - t0
         write_json(trace_dir / PREDICTION_JSON, pred.to_json())
     return pred

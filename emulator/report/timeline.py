@@ -5,6 +5,12 @@ communication streams the simulator adds for async collectives and p2p get ids f
 descriptive name), a complete ("X") event per device op, and flow events linking the members of
 each collective so a reader can follow who waited for whom. Large jobs are cut to the first
 `max_ranks` ranks (the file says so in `otherData`) to keep the file openable.
+
+Each rank also has a host lane (thread HOST_TID, shown first): the simulated Python thread, one
+slice per run of host work in one phase of one iteration and one `wait` slice wherever the host
+blocked on the device (a stream or device synchronize, a blocking copy, every op on a CPU target),
+and a `memory` counter track: the caching allocator's allocated and reserved MiB after each op
+that changed them, at the host time the op was issued (allocation follows host order).
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ from pathlib import Path
 from emulator.core.files import atomic_write_bytes
 from emulator.simulate.engine import SimResult
 from emulator.simulate.streams import CollectiveKey
-from emulator.trace.schema import COMM_KINDS
+from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS
+
+HOST_TID = 100_000  # above any stream id and the communication lanes
+MIN_WAIT_S = 1e-6  # shorter host waits are not drawn
+MiB = 2**20
 
 
 def _thread(view, row: int, names: dict) -> int:
@@ -35,7 +45,79 @@ def _thread(view, row: int, names: dict) -> int:
     return tid
 
 
-def build_timeline(result: SimResult, max_ranks: int = 64) -> dict:
+def host_times(view, start, issue, launch_overhead_s: float) -> list[float]:
+    """The simulated host clock after each row of a rank (before any wait the row makes it do): a kernel's
+    launch time, a collective's issue plus its launch, other rows' own time (the engine's rules)."""
+    rep = view.rep
+    out = []
+    for i, k in enumerate(rep.kind):
+        if k in DEVICE_KINDS and rep.launches[i]:
+            out.append(issue[i])
+        elif k in COMM_KINDS:
+            out.append(start[i] + launch_overhead_s)
+        else:
+            out.append(start[i])
+    return out
+
+
+def _host_lane(view, pid: int, hosts: list[float], launch_overhead_s: float) -> list[dict]:
+    """Slices of host work (merged per phase and iteration) and of host waits on the device."""
+    rep = view.rep
+    events: list[dict] = []
+    run = None  # [start, end, phase, iteration] of the host work slice being grown
+    prev = 0.0
+    for i, h in enumerate(hosts):
+        spent = rep.host_gap[i] + (launch_overhead_s if (rep.kind[i] in DEVICE_KINDS and rep.launches[i])
+                                   or rep.kind[i] in COMM_KINDS else 0.0)
+        wait = h - prev - spent
+        if wait > MIN_WAIT_S and i > 0:
+            if run is not None:
+                events.append(_slice(run, pid))
+                run = None
+            events.append(dict(ph="X", name=f"wait: {rep.op[i - 1]}", cat="host_wait", pid=pid, tid=HOST_TID,
+                               ts=prev * 1e6, dur=wait * 1e6, args={"iteration": rep.iteration[i - 1]}))
+        busy_from = h - spent
+        key = (rep.phase[i], rep.iteration[i])
+        if run is not None and (run[2], run[3]) == key:
+            run[1] = h
+        else:
+            if run is not None:
+                events.append(_slice(run, pid))
+            run = [busy_from, h, *key]
+        prev = h
+    if run is not None:
+        events.append(_slice(run, pid))
+    return events
+
+
+def _slice(run: list, pid: int) -> dict:
+    start, end, phase, iteration = run
+    return dict(ph="X", name=f"{phase} (host)", cat="host", pid=pid, tid=HOST_TID, ts=start * 1e6,
+                dur=max(end - start, 0.0) * 1e6, args={"iteration": iteration, "phase": phase})
+
+
+def _memory_track(view, pid: int, hosts: list[float]) -> list[dict]:
+    """Counter events of the allocator's state, one per change."""
+    t = view.rep.table
+    if "mem_allocated" not in t.column_names:
+        return []
+    alloc = t.column("mem_allocated").to_pylist()
+    reserved = t.column("mem_reserved").to_pylist() if "mem_reserved" in t.column_names else [None] * len(alloc)
+    events, last = [], None
+    for h, a, r in zip(hosts, alloc, reserved, strict=True):
+        if a is None:
+            continue
+        state = (a, r)
+        if state != last:
+            args = {"allocated MiB": a / MiB}
+            if r is not None:
+                args["reserved MiB"] = r / MiB
+            events.append(dict(ph="C", name="memory", pid=pid, ts=h * 1e6, args=args))
+            last = state
+    return events
+
+
+def build_timeline(result: SimResult, max_ranks: int = 64, launch_overhead_s: float = 0.0) -> dict:
     job = result.job
     events: list[dict] = []
     ranks = job.ranks[:max_ranks]
@@ -47,6 +129,12 @@ def build_timeline(result: SimResult, max_ranks: int = 64) -> dict:
         modules = rep.table.column("module").to_pylist() if "module" in rep.table.column_names else None
         events.append(dict(ph="M", name="process_name", pid=r, args={"name": f"rank {r}"}))
         events.append(dict(ph="M", name="process_sort_index", pid=r, args={"sort_index": r}))
+        if result.issue:
+            hosts = host_times(v, start, result.issue[r], launch_overhead_s)
+            events.append(dict(ph="M", name="thread_name", pid=r, tid=HOST_TID, args={"name": "host (python)"}))
+            events.append(dict(ph="M", name="thread_sort_index", pid=r, tid=HOST_TID, args={"sort_index": -1}))
+            events += _host_lane(v, r, hosts, launch_overhead_s)
+            events += _memory_track(v, r, hosts)
         tids: dict = {}
         for i, k in enumerate(rep.kind):
             if not (rep.launches[i]):
@@ -83,8 +171,9 @@ def build_timeline(result: SimResult, max_ranks: int = 64) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
-def write_timeline(path: Path, result: SimResult, max_ranks: int = 64) -> Path:
+def write_timeline(path: Path, result: SimResult, max_ranks: int = 64, launch_overhead_s: float = 0.0) -> Path:
     """Write the timeline atomically (temp file + rename): an interrupted write leaves the old file."""
     path = Path(path)
-    atomic_write_bytes(path, json.dumps(build_timeline(result, max_ranks), separators=(",", ":")).encode())
+    timeline = build_timeline(result, max_ranks, launch_overhead_s)
+    atomic_write_bytes(path, json.dumps(timeline, separators=(",", ":")).encode())
     return path

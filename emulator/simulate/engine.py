@@ -118,6 +118,7 @@ class SimResult:
     start: list[np.ndarray]
     end: list[np.ndarray]
     host_end: list[float]
+    issue: list[list[float]] = field(default_factory=list)  # when each rank's host launched each kernel row
     collectives: dict = field(default_factory=dict)  # key -> (start, end, [(rank, row)])
     hang: HangReport | None = None
     wall_s: float = 0.0
@@ -161,7 +162,8 @@ class Simulator:
                 gc.enable()
         hang = self._hang_report()
         return SimResult(job=self.job, start=[r.start for r in self.ranks], end=[r.end for r in self.ranks],
-                         host_end=[r.host_t for r in self.ranks], collectives=self.collectives, hang=hang,
+                         host_end=[r.host_t for r in self.ranks], issue=[r.issue for r in self.ranks],
+                         collectives=self.collectives, hang=hang,
                          wall_s=time.perf_counter() - t0)
 
     # -- streams ----------------------------------------------------------------------------------
@@ -423,5 +425,6 @@ def simulate(job: CollatedJob, durations: list[np.ndarray], launch_overhead_s: f
     by_rep = {r: k for k, r in enumerate(reps)}
     idx = [by_rep[reps[c]] for c in cls]
     return SimResult(job=job, start=[res.start[k] for k in idx], end=[res.end[k] for k in idx],
-                     host_end=[res.host_end[k] for k in idx], collectives=res.collectives, hang=res.hang,
+                     host_end=[res.host_end[k] for k in idx], issue=[res.issue[k] for k in idx],
+                     collectives=res.collectives, hang=res.hang,
                      wall_s=time.perf_counter() - t0)

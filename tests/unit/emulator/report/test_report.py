@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from rich.console import Console
 
 from emulator.bench.synthetic import ddp_rank, write_job
@@ -68,3 +69,35 @@ def test_retargeting_to_a_smaller_gpu_reports_oom(tmp_path):
     assert predict_from_trace(out, roofline_only=True).oom is False
     small = predict_from_trace(out, gpu="l4", roofline_only=True)
     assert small.oom is True and "exceeds the target's" in small.oom_reason
+
+
+def _host_and_memory_job(tmp_path):
+    from emulator.bench.synthetic import TraceBuilder
+
+    b = TraceBuilder(0, host_gap_s=10e-6)
+    for it in range(2):
+        b.iteration = it
+        b.phase = "forward"
+        for j in range(4):
+            b.mm(8192, 8192, 8192)["mem_allocated"] = (j + 1) * 2**30
+        b.sync()  # the host waits for four big GEMMs here
+        b.phase = "optimizer"
+        b.mm(64, 64, 64)["mem_allocated"] = 2**30
+    return write_job(tmp_path / "out", {0: b.table()})
+
+
+def test_timeline_has_a_host_lane_with_its_waits_and_a_memory_counter(tmp_path):
+    out = _host_and_memory_job(tmp_path)
+    pred = predict_from_trace(out, roofline_only=True)
+    ev = json.loads((out / "timeline.json").read_text())["traceEvents"]
+    host = [e for e in ev if e.get("tid") == 100_000 and e["ph"] == "X"]
+    waits = [e for e in host if e["cat"] == "host_wait"]
+    gemms = [e for e in ev if e["ph"] == "X" and e["name"] == "aten::mm" and e["args"]["iteration"] == 0][:4]
+    assert len(waits) == 2 and waits[0]["name"] == "wait: cuda::synchronize"
+    # the host waits from the sync until the last queued GEMM ends
+    assert waits[0]["ts"] + waits[0]["dur"] == pytest.approx(gemms[-1]["ts"] + gemms[-1]["dur"])
+    work = [e["name"] for e in host if e["cat"] == "host"]
+    assert work == ["forward (host)", "optimizer (host)", "forward (host)", "optimizer (host)"]
+    mem = [e for e in ev if e["ph"] == "C" and e["name"] == "memory"]
+    assert [m["args"]["allocated MiB"] for m in mem[:5]] == [1024, 2048, 3072, 4096, 1024]
+    assert pred.iteration_time_s >= gemms[-1]["dur"] * 4e-6
