@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -78,6 +79,21 @@ def experiment_id(gpu: str) -> str:
     art = Path(mlflow_artifact_root()) / name
     art.mkdir(parents=True, exist_ok=True)
     return c.create_experiment(name, artifact_location=art.resolve().as_uri())
+
+
+MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `make mlflow` serves a local store
+
+
+def run_url(run_id: str) -> str:
+    """Where a person opens the run: the tracking server's page, or for a local store the page `make mlflow`
+    serves (MAYA_MLFLOW_UI overrides the address)."""
+    uri = mlflow_tracking_uri()
+    base = uri if _remote(uri) and uri.startswith("http") else os.environ.get("MAYA_MLFLOW_UI", MLFLOW_UI_DEFAULT)
+    try:
+        exp = client().get_run(run_id).info.experiment_id
+    except Exception:  # the store is not reachable: the run id still names the run
+        exp = "0"
+    return f"{base.rstrip('/')}/#/experiments/{exp}/runs/{run_id}"
 
 
 def _remote(uri: str) -> bool:

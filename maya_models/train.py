@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -191,9 +192,11 @@ def kernel_scores(predictor, eval_df: pd.DataFrame) -> tuple[float, dict]:
 
 def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = None, cross_gpu: bool = False,
                            register: bool = True, num_rounds: int = NUM_ROUNDS, params: dict | None = None,
-                           max_rows_per_family: int = MAX_ROWS_PER_FAMILY, return_predictor: bool = False) -> dict:
+                           max_rows_per_family: int = MAX_ROWS_PER_FAMILY, return_predictor: bool = False,
+                           progress: Callable[[str], None] | None = None) -> dict:
     """Train (and register) the kernel predictor of `gpu`; returns metadata (metrics per family, version),
-    plus the predictor object under "predictor" when `return_predictor`."""
+    plus the predictor object under "predictor" when `return_predictor`. `progress` gets one line per
+    family as it is fitted (the Dagster asset passes its log, the CLI stderr)."""
     from maya_models.warehouse import snapshot
 
     t0 = time.time()
@@ -208,7 +211,8 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         raise InsufficientDataError(f"no kernel measurements on any other GPU to build a cross-GPU model for {gpu}")
     predictor = KernelPredictor(gpu, info={"mode": mode, "why": why})
     metrics, plots, importances, used = {}, {}, {}, []
-    for fam in sorted(set(rows["family"])):
+    families = sorted(set(rows["family"]))
+    for i_fam, fam in enumerate(families):
         own_f = own[own["family"] == fam]
         if mode == "own" and len(own_f) >= MIN_OWN_FAMILY_ROWS:
             parts, trained_on = [_cap(own_f, max_rows_per_family)], "own"
@@ -238,6 +242,9 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         metrics[fam] = {**st, "roofline_median_ape": base["median_ape"], "roofline_p90_ape": base["p90_ape"],
                         "roofline_mape": base["mape"], "train_rows": int((~ev).sum()), "trained_on": model.trained_on}
         plots[fam] = (pred, true)
+        if progress is not None:
+            progress(f"kernels {gpu}: {fam} ({i_fam + 1}/{len(families)}) {len(data_f)} rows ({trained_on}), "
+                     f"held-out median error {st['median_ape']:.1f}%")
         if model.booster is not None:
             gain = model.booster.get_score(importance_type="gain")
             importances[fam] = dict(sorted(gain.items(), key=lambda kv: -kv[1])[:20])

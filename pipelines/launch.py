@@ -65,12 +65,14 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def run_runner(module: str, args: list[str], *, timeout_s: float, log=print) -> dict:
+def run_runner(module: str, args: list[str], *, timeout_s: float, log=print, context=None) -> dict:
     """Run `python -m pipelines.runners.<module> ...` and return its summary JSON.
 
     The kernel runner writes `inflight.json` before each signature; when the process dies from a
     signal (a crashing kernel) that signature is passed back as `--poison` (recorded as failed)
-    and the runner restarts, at most MAX_CRASH_RETRIES times.
+    and the runner restarts, at most MAX_CRASH_RETRIES times. With a Dagster `context` the runner
+    runs inside a Dagster Pipes session: its progress lines reach the run's log while it works
+    (`pipelines.runners.pipes`), its numeric progress the asset's custom messages.
     """
     poison: list[str] = []
     for _attempt in range(MAX_CRASH_RETRIES + 1):
@@ -81,7 +83,7 @@ def run_runner(module: str, args: list[str], *, timeout_s: float, log=print) -> 
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_repo_root()),
                                                                           os.environ.get("PYTHONPATH")]))}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+            proc = _run(cmd, env, timeout_s, context)
         except subprocess.TimeoutExpired as e:
             raise RunnerError(f"{module} runner exceeded {timeout_s:.0f}s; finished chunks are kept, "
                               "rerun to resume") from e
@@ -103,6 +105,20 @@ def run_runner(module: str, args: list[str], *, timeout_s: float, log=print) -> 
             continue
         raise RunnerError(f"{module} runner failed (exit {proc.returncode}):\n{tail}")
     raise RunnerError(f"{module} runner kept crashing; gave up after {MAX_CRASH_RETRIES} retries")
+
+
+def _run(cmd: list[str], env: dict, timeout_s: float, context) -> subprocess.CompletedProcess:
+    """The runner process, inside a Pipes session when there is a Dagster context (temp-file channels: the
+    message reader streams what the runner writes while it runs)."""
+    if context is None:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    import dagster as dg
+
+    with dg.open_pipes_session(context=context, context_injector=dg.PipesTempFileContextInjector(),
+                               message_reader=dg.PipesTempFileMessageReader()) as session:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env={**env, **session.get_bootstrap_env_vars()})
+    return proc
 
 
 def _inflight(args: list[str]) -> dict | None:

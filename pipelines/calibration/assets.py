@@ -38,7 +38,7 @@ def hardware(context: dg.AssetExecutionContext, warehouse_store: WarehouseResour
     root = warehouse_store.path()
     run_id, resumed = launch.current_run_id(root, gpu)
     s = launch.run_runner("hardware", ["--gpu", gpu, "--run-id", run_id, "--root", str(root)], timeout_s=120,
-                          log=context.log.info)
+                          log=context.log.info, context=context)
     nvml = s.get("nvml", {})
     return dg.MaterializeResult(metadata={
         "run_id": run_id, "resumed": resumed, "path": s["path"], "cpu_model": s["cpu"]["model"],
@@ -64,7 +64,7 @@ def kernel_benchmarks(context: dg.AssetExecutionContext, config: KernelBenchConf
         args.append("--no-sweep")
     if config.threads:
         args += ["--threads", str(config.threads)]
-    s = launch.run_runner("kernels", args, timeout_s=b * 2 + 300, log=context.log.info)
+    s = launch.run_runner("kernels", args, timeout_s=b * 2 + 300, log=context.log.info, context=context)
     return dg.MaterializeResult(metadata=to_metadata(s))
 
 
@@ -83,7 +83,7 @@ def collective_benchmarks(context: dg.AssetExecutionContext, config: CollectiveB
         args += ["--ranks", str(config.ranks)]
     if config.max_bytes:
         args += ["--max-bytes", str(config.max_bytes)]
-    s = launch.run_runner("collectives", args, timeout_s=b * 3 + 300, log=context.log.info)
+    s = launch.run_runner("collectives", args, timeout_s=b * 3 + 300, log=context.log.info, context=context)
     return dg.MaterializeResult(metadata=to_metadata(s))
 
 

@@ -7,7 +7,7 @@
 import dagster as dg
 
 from pipelines.calibration.assets import warehouse
-from pipelines.metadata import result_metadata
+from pipelines.metadata import result_metadata, training_metadata
 from pipelines.resources import GPU_PARTITIONS, WarehouseResource
 
 GROUP = "predictors"
@@ -18,8 +18,8 @@ def kernel_predictor(context: dg.AssetExecutionContext, warehouse_store: Warehou
     """Train the kernel predictor for this GPU, evaluate it on held-out shapes, register an MLflow version."""
     from maya_models.train import train_kernel_predictor
 
-    return dg.MaterializeResult(metadata=result_metadata(
-        train_kernel_predictor(context.partition_key, root=warehouse_store.path())))
+    return dg.MaterializeResult(metadata=training_metadata(
+        train_kernel_predictor(context.partition_key, root=warehouse_store.path(), progress=context.log.info)))
 
 
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[warehouse], kinds={"xgboost", "mlflow"})
@@ -28,7 +28,7 @@ def collective_predictor(context: dg.AssetExecutionContext,
     """Train the collective predictor for this GPU and register an MLflow version."""
     from maya_models.train import train_collective_predictor
 
-    return dg.MaterializeResult(metadata=result_metadata(
+    return dg.MaterializeResult(metadata=training_metadata(
         train_collective_predictor(context.partition_key, root=warehouse_store.path())))
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from pipelines.runners import common
+from pipelines.runners import common, pipes
 from pipelines.runners.timing import summarize
 
 SUITE = "collectives"
@@ -209,6 +209,34 @@ def worker(a) -> int:
     return 0
 
 
+def _run_forwarding(cmd: list[str], env: dict, timeout_s: float) -> tuple[int, str]:
+    """Run the torchrun workers, passing each progress line on as it comes (`pipes.say`); (exit code, the
+    output's tail)."""
+    import threading
+    from collections import deque
+
+    tail: deque = deque(maxlen=60)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def pump():
+        for line in proc.stdout:
+            tail.append(line)
+            if line.startswith("collectives "):
+                pipes.say(line.rstrip())
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        reader.join(timeout=5)
+        return -9, "".join(tail)[-2000:] + f"\nworkers exceeded {timeout_s:.0f}s"
+    reader.join(timeout=5)
+    return proc.returncode, "".join(tail)[-2000:]
+
+
 def launch(gpu: str, *, run_id: str, root: Path, budget_s: float, ranks: int | None = None,
            max_bytes: int | None = None, ops: list[str] | None = None, repeats: int = 10, warmup: int = 2,
            size_step: int = 4, device_name: str | None = None, timeout_s: float | None = None) -> dict:
@@ -238,11 +266,12 @@ def launch(gpu: str, *, run_id: str, root: Path, budget_s: float, ranks: int | N
            "--max-bytes", str(max_bytes), "--repeats", str(repeats), "--warmup", str(warmup),
            "--size-step", str(size_step), "--device-name", device_name or info.device_name,
            "--worker-summary", str(summary_path)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, env=env, timeout=timeout_s or budget_s * 3 + 120, capture_output=True, text=True)
-    if proc.returncode != 0 or not summary_path.exists():
-        tail = (proc.stderr or proc.stdout or "")[-2000:]
-        raise RuntimeError(f"collective workers failed (exit {proc.returncode}):\n{tail}")
+    # the workers report to this process, which alone speaks Dagster Pipes (one writer of its message file)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES_")}
+    env["OMP_NUM_THREADS"] = "1"
+    returncode, tail = _run_forwarding(cmd, env, timeout_s or budget_s * 3 + 120)
+    if returncode != 0 or not summary_path.exists():
+        raise RuntimeError(f"collective workers failed (exit {returncode}):\n{tail}")
     stats = json.loads(summary_path.read_text())
     return {"suite": SUITE, "gpu": gpu, "run_id": run_id, "ranks": ranks, "max_bytes": max_bytes,
             "backend": "gloo" if gpu == "cpu" else "nccl", "wall_s": round(time.monotonic() - t0, 2), **stats}

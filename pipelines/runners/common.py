@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from maya_models.schema import MEASUREMENT_SCHEMA_VERSION
+from pipelines.runners import pipes
 
 SOURCE = "maya-bench"
 
@@ -80,22 +81,24 @@ def rows_to_table(rows: list[dict]):
 
 
 class Progress:
-    """A one-line progress bar on stderr (a plain line per update when not a terminal)."""
+    """A one-line progress bar on stderr (a plain line per update when not a terminal); under Dagster each
+    update is a live Pipes log line and a numeric progress message (`pipelines.runners.pipes`)."""
 
     def __init__(self, total: int, label: str):
         self.total, self.label, self.done, self.t0 = max(total, 1), label, 0, time.monotonic()
-        self.tty = sys.stderr.isatty()
+        self.tty = sys.stderr.isatty() and pipes.pipes() is None
 
-    def update(self, done: int, note: str = "") -> None:
+    def update(self, done: int, note: str = "", **figures) -> None:
         self.done = done
         frac = min(done / self.total, 1.0)
         bar = "#" * int(frac * 30)
         line = f"{self.label} [{bar:<30}] {done}/{self.total} {time.monotonic() - self.t0:6.1f}s {note}"
+        pipes.progress(self.label, done, self.total, elapsed_s=round(time.monotonic() - self.t0, 1), **figures)
         if self.tty:
             sys.stderr.write("\r" + line[:150])
+            sys.stderr.flush()
         else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+            pipes.say(line)
 
     def close(self) -> None:
         if self.tty:
@@ -106,4 +109,7 @@ def emit_summary(summary: dict, path: str | None) -> None:
     """The runner's result: a JSON file for the asset that launched it, and a last stdout line."""
     if path:
         write_json_atomic(Path(path), summary)
+    if pipes.pipes() is not None:
+        pipes.say(f"{summary.get('suite', 'runner')} done: " + ", ".join(
+            f"{k}={v}" for k, v in summary.items() if isinstance(v, int | float | str) and k != "suite"))
     print("MAYA-SUMMARY " + json.dumps(summary, default=str), flush=True)

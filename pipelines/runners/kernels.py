@@ -136,7 +136,7 @@ def run(gpu: str, *, run_id: str, root: Path, budget_s: float, traces: list[str]
         written += 1
         rows_ok += sum(r["status"] == "ok" for r in rows)
         rows_failed += sum(r["status"] != "ok" for r in rows)
-        bar.update(ci + 1, f"{rows_ok} ok {rows_failed} failed")
+        bar.update(ci + 1, f"{rows_ok} ok {rows_failed} failed", rows_ok=rows_ok, rows_failed=rows_failed)
     bar.close()
     (rdir / "inflight.json").unlink(missing_ok=True)
     return {"suite": SUITE, "gpu": gpu, "run_id": run_id, "resumed": resumed, "chunks_total": len(chunks),

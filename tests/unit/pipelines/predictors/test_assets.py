@@ -15,9 +15,10 @@ def test_predictor_assets_train_then_publish_both_kinds(wh, monkeypatch):
     calls = []
 
     def fake_train(kind):
-        def fn(gpu, *, root=None):
+        def fn(gpu, *, root=None, **_):
             calls.append((kind, gpu, str(root)))
-            return {"gpu": gpu, "kind": kind, "version": "7", "score": 12.5, "metrics": {"gemm": {"n": 3}},
+            return {"gpu": gpu, "kind": kind, "version": "7", "score": 12.5, "run_id": "abc123",
+                    "metrics": {"gemm": {"n": 3, "median_ape": 4.5, "p90_ape": 9.0}},
                     "predictor": object()}  # the fitted object must not reach the metadata
         return fn
 
@@ -36,6 +37,10 @@ def test_predictor_assets_train_then_publish_both_kinds(wh, monkeypatch):
     md = {e.event_specific_data.materialization.asset_key.to_user_string():
           e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()}
     assert md["kernel_predictor"]["version"].value == "7" and "predictor" not in md["kernel_predictor"]
+    # one float per family and figure, which Dagster plots across materializations, and the MLflow run
+    assert isinstance(md["kernel_predictor"]["gemm.median_ape"], dg.FloatMetadataValue)
+    assert md["kernel_predictor"]["gemm.median_ape"].value == 4.5 and md["kernel_predictor"]["gemm.n"].value == 3
+    assert md["kernel_predictor"]["mlflow_run"].value.endswith("/runs/abc123")
     assert md["published_predictors"]["kernels_promoted"].value is True
     assert md["published_predictors"]["collectives_champion"].value == "3"
 
@@ -54,7 +59,7 @@ def test_a_failed_blocking_warehouse_check_stops_predictor_training(wh, monkeypa
     good = write_measurements(pa.Table.from_pylist(rows), root=wh, gpu="cpu", source="maya-bench", run_id="r1")
     good.with_name("r2-00000.parquet").write_bytes(good.read_bytes()[:100])
     trained = []
-    monkeypatch.setattr(train, "train_kernel_predictor", lambda gpu, *, root=None: trained.append(gpu))
+    monkeypatch.setattr(train, "train_kernel_predictor", lambda gpu, *, root=None, **_: trained.append(gpu))
     monkeypatch.setattr(train, "train_collective_predictor", lambda gpu, *, root=None: trained.append(gpu))
     result = dg.materialize([warehouse, *WAREHOUSE_CHECKS, *PREDICTOR_ASSETS], partition_key="cpu",
                             raise_on_error=False, resources={"warehouse_store": WarehouseResource(root=str(wh))})
