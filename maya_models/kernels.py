@@ -140,23 +140,40 @@ class KernelPredictor:
         return out, source, X, learned
 
     # -- training conditions ---------------------------------------------------------------------
-    def calibrate_sustained(self, sustained: pd.DataFrame) -> dict:
-        """Compare this predictor with the part's sustained-throughput measurements (`timing == "sustained"`,
-        maya_models.reference.published: MAMF): the ratio of the measured time to the predicted one of the
-        same signature is how much slower a compute-bound kernel runs when the power limit sets the clock,
-        against the short bursts at the maximum clock most measurements are. Stored per dtype in `info`."""
+    def calibrate_sustained(self, sustained: pd.DataFrame, reference: pd.DataFrame | None = None) -> dict:
+        """How much slower compute-bound kernels run in a training step than in the measurements, per dtype,
+        from the part's sustained-throughput measurement (`timing == "sustained"`, MAMF: the best TFLOP/s of
+        a sweep of shapes, each timed back to back with the clock the power limit allows).
+
+        The ratio is best against best: the best throughput this part's GEMM measurements reach (the median
+        of the top BEST_OF rows of the dtype, short bursts at the maximum clock) over the sustained best.
+        Both are maxima over sweeps of shapes, so shape efficiency cancels and what is left is the clock
+        (and power) of the two conditions. Without reference rows of the dtype, the ratio is the sustained
+        row's time over this predictor's time for its shape (`same_shape_ratio`, also kept for comparison:
+        it reads one point of the sustained sweep, whose shape need not be where the bursts peak).
+        Stored per dtype in `info["sustained"]`."""
         mine = sustained[sustained["gpu"] == self.gpu] if len(sustained) else sustained
         table = {}
         for r in mine.to_dict("records"):
             probe = pd.DataFrame([{k: r[k] for k in ("kind", "op", "shapes", "dtypes", "strides", "args",
                                                      "out_shapes", "out_dtypes")}])
             predicted, source, _, _ = self._predict_reference(probe)
-            if source[0] != LEARNED:
-                continue
             dtype = row_dtype(r["op"], as_list(r["dtypes"]))
-            ratio = float(r["duration_s"]) / float(predicted[0])
-            table[dtype] = {"ratio": max(ratio, 1.0), "measured_s": float(r["duration_s"]),
-                            "predicted_s": float(predicted[0]), "provenance": r.get("provenance")}
+            flops = float(probe_flops(probe))
+            sustained_tf = flops / float(r["duration_s"]) / 1e12
+            best = best_burst_tflops(reference, self.gpu, dtype) if reference is not None else None
+            same_shape = float(r["duration_s"]) / float(predicted[0]) if source[0] == LEARNED else None
+            if best is not None:
+                ratio, how = best / sustained_tf, "best against best"
+            elif same_shape is not None:
+                ratio, how = same_shape, "same shape"
+            else:
+                continue
+            table[dtype] = {"ratio": max(ratio, 1.0), "method": how, "sustained_tflops": round(sustained_tf, 1),
+                            "best_burst_tflops": None if best is None else round(best, 1),
+                            "same_shape_ratio": None if same_shape is None else round(same_shape, 4),
+                            "measured_s": float(r["duration_s"]), "predicted_s": float(predicted[0]),
+                            "provenance": r.get("provenance")}
         self.info["sustained"] = table
         return table
 
@@ -213,6 +230,33 @@ class KernelPredictor:
                                     m.get("max_flops", math.inf), m.get("max_bytes", math.inf))
         check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
+
+
+BEST_OF = 5  # rows whose median is a part's best burst throughput (one fast outlier must not set it)
+MIN_BEST_FLOPS = 1e11  # GEMMs big enough to reach the part's peak
+
+
+def probe_flops(df: pd.DataFrame) -> float:
+    return float(_with_flops(df)["flops"].iloc[0])
+
+
+def best_burst_tflops(rows: pd.DataFrame, gpu: str, dtype: str) -> float | None:
+    """The median TFLOP/s of the BEST_OF fastest GEMM measurements of `gpu` in `dtype` (timed as measured,
+    not sustained), or None when there are fewer than BEST_OF big enough."""
+    if rows is None or not len(rows):
+        return None
+    g = rows[(rows["gpu"] == gpu) & (rows["kind"] == "kernel") & (rows["family"] == "gemm")]
+    if "timing" in g.columns:
+        g = g[g["timing"].fillna("") != "sustained"]
+    g = g[[row_dtype(o, as_list(d)) == dtype for o, d in zip(g["op"], g["dtypes"], strict=True)]]
+    if len(g) < BEST_OF:
+        return None
+    f = _with_flops(g.reset_index(drop=True))
+    big = f["flops"].to_numpy() >= MIN_BEST_FLOPS
+    if big.sum() < BEST_OF:
+        return None
+    tf = np.sort(f["flops"].to_numpy()[big] / f["duration_s"].to_numpy()[big])[-BEST_OF:] / 1e12
+    return float(np.median(tf))
 
 
 def roofline_fingerprint() -> str:

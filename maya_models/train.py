@@ -251,7 +251,7 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         used.append(data_f)
     if not predictor.families:
         raise InsufficientDataError(f"no op family has {MIN_FAMILY_ROWS}+ kernel measurements for {gpu}")
-    predictor.calibrate_sustained(sustained)
+    predictor.calibrate_sustained(sustained, reference=own)
     learned_rows = [m for m in metrics.values() if m["n"]]
     score = float(np.mean([m["median_ape"] for m in learned_rows])) if learned_rows else float("nan")
     snap = snapshot(pd.concat(used, ignore_index=True))

@@ -50,6 +50,25 @@ def test_a_sustained_measurement_slows_compute_bound_trace_rows_by_its_ratio():
     assert timed.duration_s[0] == pytest.approx(roof) and timed.adjustment_s[0] == 0.0
 
 
+def test_the_ratio_is_the_best_burst_throughput_over_the_sustained_best_when_bursts_are_measured():
+    """MAMF's shape need not be where the bursts peak: best against best cancels shape efficiency."""
+    p = _predictor()
+    sustained_shape = _mm(2048, 2048, 13312)
+    f, _ = flops_and_bytes("aten::mm", sustained_shape["shapes"], sustained_shape["dtypes"],
+                           sustained_shape["out_shapes"], sustained_shape["out_dtypes"])
+    sustained = pd.DataFrame([{**sustained_shape, "gpu": "h100", "duration_s": f / 800e12, "provenance": "test"}])
+    bursts = []
+    for i, tf in enumerate([400, 700, 930, 940, 950, 955, 960, 2000]):  # one absurd outlier among the best
+        row = _mm(4096 + 128 * i, 4096, 8192, gpu="h100", family="gemm", timing="isolated_graph_locked")
+        fl, _ = flops_and_bytes("aten::mm", row["shapes"], row["dtypes"], row["out_shapes"], row["out_dtypes"])
+        bursts.append({**row, "duration_s": fl / (tf * 1e12)})
+    table = p.calibrate_sustained(sustained, reference=pd.DataFrame(bursts))
+    assert table["bfloat16"]["method"] == "best against best"
+    assert table["bfloat16"]["best_burst_tflops"] == pytest.approx(955, rel=1e-3)  # median of the top five
+    assert table["bfloat16"]["ratio"] == pytest.approx(955 / 800, rel=1e-3)
+    assert table["bfloat16"]["same_shape_ratio"] is not None  # kept beside it, for comparison
+
+
 def test_a_reference_already_at_sustained_speed_is_not_slowed():
     p = _predictor()
     big = _mm(8192, 8192, 8192)
