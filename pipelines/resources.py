@@ -19,13 +19,13 @@ GPU_PARTITIONS = dg.StaticPartitionsDefinition(sorted(set(known_gpus()) | {"cpu"
 # pipelines.calibration.assets limited to one step each.
 INSTANCE_YAML = """telemetry:
   enabled: false
-run_queue:
-  tag_concurrency_limits:
-    - key: maya/gpu
-      value:
-        applyLimitPerUniqueValue: true
-      limit: 1
 concurrency:
+  runs:
+    tag_concurrency_limits:
+      - key: maya/gpu
+        value:
+          applyLimitPerUniqueValue: true
+        limit: 1
   pools:
     default_limit: 1
 """
