@@ -33,6 +33,12 @@ XGB_THREADS = int(os.environ.get("MAYA_XGB_THREADS", "1"))
 KERNEL_KINDS = ("kernel", "memset")
 MAX_LOG_RATIO = 6.0  # a learned correction never moves the roofline by more than e^6 either way
 EXTRAPOLATION = 4.0  # how far past its largest training row a family model is trusted (flops and bytes)
+MIN_SEEN_ROWS = 20  # an element size seen in fewer training rows than this is not one the model learned
+# Memory-bound families whose kernels share one access pattern (PyTorch's vectorised elementwise and
+# reduction templates): an op the trees never saw is timed by a second model trained without the op's
+# identity (`FamilyModel.generic`), from what it reads and writes. Tensor-core families have no such model:
+# an unseen GEMM or attention op is the roofline's (labelled fallback).
+GENERIC_FAMILIES = frozenset({"elementwise", "norm", "softmax_loss", "copy", "embedding", "optimizer"})
 # the sustained measurement a dtype's kernels follow: fp16 runs on the same tensor cores at the same rate as bf16
 SUSTAINED_DTYPE = {"float16": "bfloat16", "float8_e5m2": "float8_e4m3fn"}
 
@@ -54,18 +60,44 @@ class FamilyModel:
     # roofline (labelled fallback) answers it instead of an extrapolated ratio
     max_flops: float = math.inf
     max_bytes: float = math.inf
+    # what it was trained on, beyond size: rows per op name and per element size (None: a model saved before
+    # these were kept, trusted as it was)
+    ops: dict[str, int] | None = None
+    elem_bytes: dict[str, int] | None = None
+    generic: object = None  # xgboost.Booster without op_code, for ops of a GENERIC_FAMILIES family it never saw
 
-    def covers(self, X: pd.DataFrame) -> np.ndarray:
-        return (X["flops"].to_numpy() <= EXTRAPOLATION * self.max_flops) & \
+    def seen_op(self, ops) -> np.ndarray:
+        if self.ops is None or self.booster is None:  # a constant ratio is the same for every op
+            return np.ones(len(ops), dtype=bool)
+        return np.array([o in self.ops for o in ops], dtype=bool)
+
+    def covers(self, X: pd.DataFrame, ops=None) -> np.ndarray:
+        """Rows inside what the model learned: not far past its largest work, an element size it saw, and an
+        op it saw unless the family has a generic model."""
+        ok = (X["flops"].to_numpy() <= EXTRAPOLATION * self.max_flops) & \
             (X["bytes"].to_numpy() <= EXTRAPOLATION * self.max_bytes)
+        if self.elem_bytes is not None:
+            ok &= np.array([self.elem_bytes.get(str(int(b)), 0) >= MIN_SEEN_ROWS for b in X["dtype_bytes"]])
+        if ops is not None and self.generic is None:
+            ok &= self.seen_op(ops)
+        return ok
 
-    def log_ratio(self, X: pd.DataFrame) -> np.ndarray:
+    def log_ratio(self, X: pd.DataFrame, ops=None) -> np.ndarray:
         import xgboost as xgb
 
         if self.booster is None:
             return np.full(len(X), self.bias)
-        d = xgb.DMatrix(X[self.features].values, feature_names=self.features)
-        return self.booster.predict(d) + self.bias
+        out = self.booster.predict(xgb.DMatrix(X[self.features].values, feature_names=self.features))
+        if ops is not None and self.generic is not None:
+            unseen = ~self.seen_op(ops)
+            if unseen.any():
+                cols = self.generic_features
+                out[unseen] = self.generic.predict(xgb.DMatrix(X.loc[unseen, cols].values, feature_names=cols))
+        return out + self.bias
+
+    @property
+    def generic_features(self) -> list[str]:
+        return [f for f in self.features if f != "op_code"]
 
 
 @dataclass
@@ -84,6 +116,16 @@ class KernelPredictor:
         booster = xgb.train({**XGB_PARAMS, **(params or {})}, dtrain, num_boost_round=num_rounds)
         return FamilyModel(family, booster, list(X.columns), trained_on, int(len(X)), 0.0,
                            float(X["flops"].max()), float(X["bytes"].max()))
+
+    @staticmethod
+    def fit_generic(X: pd.DataFrame, y_log_ratio: np.ndarray, num_rounds: int = NUM_ROUNDS,
+                    params: dict | None = None):
+        """The family's trees without the op's identity: what an op the family never measured is timed by."""
+        import xgboost as xgb
+
+        X = X.drop(columns=["op_code"])
+        d = xgb.DMatrix(X.values, label=y_log_ratio, feature_names=list(X.columns))
+        return xgb.train({**XGB_PARAMS, **(params or {})}, d, num_boost_round=num_rounds)
 
     # -- prediction ----------------------------------------------------------------------------
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
@@ -121,11 +163,12 @@ class KernelPredictor:
             roof = X["roofline_s"].to_numpy()
             pred = np.full(len(sub), np.nan)
             sub_fams = fams[learned]
+            sub_ops = sub["op"].astype(str).to_numpy()
             for fam in np.unique(sub_fams):
                 m = sub_fams == fam
                 model = self.families[fam]
-                r = np.clip(model.log_ratio(X[m]), -MAX_LOG_RATIO, MAX_LOG_RATIO)
-                pred[m] = np.where(model.covers(X[m]), roof[m] * np.exp(r), np.nan)
+                r = np.clip(model.log_ratio(X[m], sub_ops[m]), -MAX_LOG_RATIO, MAX_LOG_RATIO)
+                pred[m] = np.where(model.covers(X[m], sub_ops[m]), roof[m] * np.exp(r), np.nan)
             idx = np.flatnonzero(learned)
             ok = np.isfinite(pred) & (pred > 0)
             out[idx[ok]] = pred[ok]
@@ -208,9 +251,12 @@ class KernelPredictor:
         for fam, m in self.families.items():
             if m.booster is not None:
                 m.booster.save_model(str(path / f"{fam}.ubj"))
+            if m.generic is not None:
+                m.generic.save_model(str(path / f"{fam}.generic.ubj"))
             meta["families"][fam] = {"features": m.features, "trained_on": m.trained_on, "rows": m.rows,
                                      "bias": m.bias, "boosted": m.booster is not None, "max_flops": m.max_flops,
-                                     "max_bytes": m.max_bytes}
+                                     "max_bytes": m.max_bytes, "ops": m.ops, "elem_bytes": m.elem_bytes,
+                                     "generic": m.generic is not None}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
 
@@ -226,8 +272,13 @@ class KernelPredictor:
             if m.get("boosted", True):
                 b = xgb.Booster()
                 b.load_model(str(path / f"{fam}.ubj"))
+            g = None
+            if m.get("generic"):
+                g = xgb.Booster()
+                g.load_model(str(path / f"{fam}.generic.ubj"))
             fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0),
-                                    m.get("max_flops", math.inf), m.get("max_bytes", math.inf))
+                                    m.get("max_flops", math.inf), m.get("max_bytes", math.inf),
+                                    m.get("ops"), m.get("elem_bytes"), g)
         check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
 

@@ -31,7 +31,15 @@ import pandas as pd
 from emulator.core.hardware import CPU_RANK_THREADS, UnknownGPUError, get_gpu
 from maya_models.collectives import COLLECTIVE_KINDS, CollectivePredictor
 from maya_models.features import collective_columns, featurize
-from maya_models.kernels import KERNEL_KINDS, MAX_LOG_RATIO, NUM_ROUNDS, FamilyModel, KernelPredictor, log_ratio
+from maya_models.kernels import (
+    GENERIC_FAMILIES,
+    KERNEL_KINDS,
+    MAX_LOG_RATIO,
+    NUM_ROUNDS,
+    FamilyModel,
+    KernelPredictor,
+    log_ratio,
+)
 from maya_models.metrics import error_stats, eval_mask, shape_group
 
 MIN_ROWS = 20  # fewer measurements than this on a GPU: refuse (see module docstring)
@@ -147,6 +155,34 @@ def _fit_family(family, X, y, groups, trained_on, num_rounds, params) -> FamilyM
     return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
 
 
+MIN_OP_ROWS = 20  # an op with fewer rows is not held out on its own
+
+
+def leave_one_op_out(X: pd.DataFrame, y: np.ndarray, ops: np.ndarray, num_rounds: int, params) -> dict | None:
+    """How well the generic model times an op it never saw: each op with MIN_OP_ROWS+ rows held out in turn,
+    the generic trees trained on the others (half the rounds) and scored on it. None with fewer than two ops."""
+    names, counts = np.unique(ops, return_counts=True)
+    if len(names) < 2:
+        return None
+    by_op, errors = {}, []
+    for name, n in zip(names, counts, strict=True):
+        if n < MIN_OP_ROWS:
+            continue
+        out = ops == name
+        booster = KernelPredictor.fit_generic(X[~out], y[~out], max(num_rounds // 2, 10), params)
+        import xgboost as xgb
+
+        cols = [c for c in X.columns if c != "op_code"]
+        r = np.clip(booster.predict(xgb.DMatrix(X.loc[out, cols].values, feature_names=cols)),
+                    -MAX_LOG_RATIO, MAX_LOG_RATIO)
+        e = np.abs(np.exp(r - y[out]) - 1) * 100
+        by_op[str(name)] = round(float(np.median(e)), 2)
+        errors.append(e)
+    if not errors:
+        return None
+    return {"median_ape": float(np.median(np.concatenate(errors))), "by_op": by_op}
+
+
 def predict_as_measured(predictor, df: pd.DataFrame) -> np.ndarray:
     """Predict rows measured on several GPUs, each with its own GPU's spec (cross-GPU evaluation)."""
     out = np.empty(len(df))
@@ -233,6 +269,15 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         y = log_ratio(data_f["duration_s"], X["roofline_s"])
         model = _fit_family(fam, X[~ev].reset_index(drop=True), y[~ev],
                             [g for g, e in zip(groups, ev, strict=True) if not e], trained_on, num_rounds, params)
+        train_ops = data_f["op"].astype(str).to_numpy()[~ev]
+        model.ops = {str(o): int(n) for o, n in zip(*np.unique(train_ops, return_counts=True), strict=True)}
+        sizes, counts = np.unique(X["dtype_bytes"].to_numpy()[~ev].astype(int), return_counts=True)
+        model.elem_bytes = {str(int(b)): int(n) for b, n in zip(sizes, counts, strict=True)}
+        unseen_op = None
+        if fam in GENERIC_FAMILIES and model.booster is not None:
+            Xt = X[~ev].reset_index(drop=True)
+            model.generic = KernelPredictor.fit_generic(Xt, y[~ev], num_rounds, params)
+            unseen_op = leave_one_op_out(Xt, y[~ev], train_ops, num_rounds, params)
         predictor.families[fam] = model
         pred = X["roofline_s"].to_numpy()[ev] * np.exp(np.clip(model.log_ratio(X[ev]), -MAX_LOG_RATIO,
                                                                 MAX_LOG_RATIO))
@@ -241,6 +286,9 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         base = error_stats(X["roofline_s"].to_numpy()[ev], true)
         metrics[fam] = {**st, "roofline_median_ape": base["median_ape"], "roofline_p90_ape": base["p90_ape"],
                         "roofline_mape": base["mape"], "train_rows": int((~ev).sum()), "trained_on": model.trained_on}
+        if unseen_op:
+            metrics[fam]["unseen_op_median_ape"] = unseen_op["median_ape"]
+            metrics[fam]["unseen_op_by_op"] = unseen_op["by_op"]
         plots[fam] = (pred, true)
         if progress is not None:
             progress(f"kernels {gpu}: {fam} ({i_fam + 1}/{len(families)}) {len(data_f)} rows ({trained_on}), "

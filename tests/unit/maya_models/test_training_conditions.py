@@ -111,3 +111,49 @@ def test_trace_rows_are_in_situ_and_pytorchs_own_kernel():
     X = featurize(rows, H100)
     assert list(X["in_situ"]) == [1.0, 0.0, 1.0] and list(X["impl_code"]) == [0.0, 0.0, 1.0]
     assert np.isfinite(X.to_numpy()).all()
+
+
+def _ew(op, n, dtype="float32"):
+    return {"kind": "kernel", "op": op, "shapes": [[n], [n]], "dtypes": [dtype, dtype], "strides": [[1], [1]],
+            "args": "{}", "out_shapes": [[n]], "out_dtypes": [dtype]}
+
+
+def _elementwise_model(ops, slowdown):
+    """An elementwise family fitted, with its generic trees, to rows `slowdown` x the roofline (fixture rows:
+    what the trees learn is not the point, only which rows they are trusted on)."""
+    rows = pd.DataFrame([_ew(op, 1 << s) for op in ops for s in range(12, 28)] * 2)
+    X = featurize(rows, H100)
+    y = np.full(len(X), math.log(slowdown))
+    model = KernelPredictor.fit_family("elementwise", X, y, "own", num_rounds=20)
+    model.ops = {op: 32 for op in ops}
+    model.elem_bytes = {"4": len(X)}
+    model.generic = KernelPredictor.fit_generic(X, y, num_rounds=20)
+    return KernelPredictor("h100", {"elementwise": model}), X
+
+
+def test_an_op_the_family_never_measured_is_timed_by_the_generic_trees_and_a_new_element_size_by_the_roofline():
+    p, _ = _elementwise_model(["aten::add", "aten::mul"], 2.0)
+    rows = pd.DataFrame([_ew("aten::add", 1 << 24), _ew("aten::masked_fill", 1 << 24),
+                         _ew("aten::add", 1 << 24, "float16")])
+    out = p.predict(rows)
+    assert list(out.source) == ["learned", "learned", "fallback"]
+    roof = featurize(rows, H100)["roofline_s"].to_numpy()
+    assert out.duration_s[1] / roof[1] == pytest.approx(2.0, rel=0.05)  # the generic trees' ratio
+    assert out.duration_s[2] == pytest.approx(roof[2])  # fp16 never measured: the labelled roofline
+
+
+def test_without_generic_trees_an_unseen_op_is_the_rooflines():
+    p, _ = _elementwise_model(["aten::add", "aten::mul"], 2.0)
+    p.families["elementwise"].generic = None
+    out = p.predict(pd.DataFrame([_ew("aten::add", 1 << 20), _ew("aten::masked_fill", 1 << 20)]))
+    assert list(out.source) == ["learned", "fallback"]
+
+
+def test_generic_trees_and_what_the_model_saw_survive_save_and_load(tmp_path):
+    p, _ = _elementwise_model(["aten::add", "aten::mul"], 2.0)
+    rows = pd.DataFrame([_ew("aten::masked_fill", 1 << 22), _ew("aten::add", 1 << 22, "float16")])
+    before = p.predict(rows)
+    p.save(tmp_path / "kp")
+    after = KernelPredictor.load(tmp_path / "kp").predict(rows)
+    assert list(after.source) == list(before.source) == ["learned", "fallback"]
+    assert after.duration_s.tolist() == pytest.approx(before.duration_s.tolist())
