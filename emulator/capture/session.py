@@ -2,7 +2,9 @@
 
 Kept apart from `emulator.launch.worker` (argument parsing, booting before `import torch`) because
 everything here imports torch. `Session.run()` never loses what was recorded: the trace and the
-per-rank summary are written in a `finally`, whatever the program did.
+per-rank summary are written in a `finally`, whatever the program did. How the rank ended:
+OK; OOM when a torch.cuda.OutOfMemoryError ended it; INTERRUPTED on Ctrl-C / SIGTERM (the worker
+turns SIGTERM into KeyboardInterrupt); PROGRAM_FAILED otherwise.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Session:
         self.ok = False
         self.stopped = False
         self.died_of_oom = False
+        self.interrupted = False
         self.recorder = self._build()
         self.pricing = HostGapPricing(self.recorder, policy)
 
@@ -137,12 +140,16 @@ class Session:
             self.ok = self.stopped = True
         except _ProgramFailed:
             pass
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.error = "interrupted (Ctrl-C / SIGTERM)"
         except BaseException as e:  # noqa: BLE001 - the program's own failure, reported verbatim
             self.error = _program_traceback()
             self.died_of_oom = isinstance(e, torch.cuda.OutOfMemoryError)
         finally:
             from emulator.distributed import fake_pg
 
+            _hold_signals()
             fake_pg.shutdown()
             wall = time.perf_counter() - t0
             if self.ok and self.policy in ("emulate", "cpu"):
@@ -157,6 +164,8 @@ class Session:
             self._write(wall)
         if self.ok:
             return Exit.OK
+        if self.interrupted:
+            return Exit.INTERRUPTED
         return Exit.OOM if self.died_of_oom else Exit.PROGRAM_FAILED
 
     def _oom(self) -> bool:
@@ -182,7 +191,7 @@ class Session:
         peak_alloc, peak_res = self._peaks()
         mem = rec.memory
         write_rank_summary(ns.out, RankSummary(
-            rank=ns.rank, ok=self.ok, error=self.error, oom=self._oom(),
+            rank=ns.rank, ok=self.ok, error=self.error, oom=self._oom(), interrupted=self.interrupted,
             oom_message=mem.oom_message if mem is not None else None, mode=self.policy, gpu=self.spec.key,
             torch_version=torch.__version__, world_size=ns.world_size, local_world_size=ns.local_world_size,
             peak_allocated=peak_alloc, peak_reserved=peak_res, iterations=rec.steps,
@@ -201,6 +210,17 @@ _HOST_SPEED_RUN = {"repeats": 3, "steps": 10}  # ~0.1 s each time rank 0 measure
 
 class _ProgramFailed(Exception):
     pass
+
+
+def _hold_signals() -> None:
+    """Once the program is over, a second Ctrl-C or the launcher's SIGTERM must not cut the writing of
+    what was recorded short: both are ignored from here to the worker's exit."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _program_traceback() -> str:
