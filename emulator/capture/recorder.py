@@ -34,6 +34,7 @@ import json
 import os
 import threading
 import time
+import traceback
 from collections import Counter
 
 import torch
@@ -315,6 +316,18 @@ class Recorder(TorchDispatchMode):
             # C++. The hottest path of the emulator: counted, not timed (priced by calibration).
             self.device_queries += 1
             return args[0].fake_device
+        try:
+            return self._dispatch(func, args, kwargs)
+        except torch.cuda.OutOfMemoryError as e:
+            # The exception's traceback holds the recorder's frames, and they hold the op's inputs and
+            # outputs: a program that catches the OOM and `del`s its tensors would not free them (on a GPU
+            # the C++ frames are gone). Clear those frames and raise a fresh error from here.
+            message = str(e)
+            traceback.clear_frames(e.__traceback__)
+        del args, kwargs
+        raise torch.cuda.OutOfMemoryError(message) from None
+
+    def _dispatch(self, func, args, kwargs):
         self.crossings += 1
         if func is _LOCAL_SCALAR and type(args[0]) is torch.Tensor and not args[0].is_cuda:
             return func(*args)  # `.item()` of a host tensor (an optimizer's step count): no device event
@@ -535,12 +548,20 @@ class Recorder(TorchDispatchMode):
             except torch.cuda.OutOfMemoryError as e:
                 oom = e
         module, phase = self._module_phase()
+        if oom is not None:
+            self._out_of_memory_row(op, stream, module, phase, gap)
+            raise oom
         self.rows.add_repeat(kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, blocking,
                              hash_part, stream, self.iteration, module, phase, gap, self._mem())
         self._t_last = _clock()
-        if oom is not None:
-            raise oom
         return out
+
+    def _out_of_memory_row(self, op: str, stream: int, module: str, phase: str, gap: float) -> None:
+        """An op whose outputs did not fit never runs on the GPU: a marker row where it was (its host gap
+        kept) instead of a kernel, so a program that catches the OOM and goes on is not charged for it."""
+        self.rows.add(kind="marker", op="maya::out_of_memory", stream=stream, iteration=self.iteration,
+                      module=module, phase=phase, args=json.dumps({"op": op}), host_gap_s=gap, mem=self._mem())
+        self._t_last = _clock()
 
     def _record_higher_order(self, func, args, kwargs, t_enter):
         """A higher-order op (FlexAttention forward/backward): one kernel row over its tensor inputs.
@@ -629,6 +650,9 @@ class Recorder(TorchDispatchMode):
         flops, nbytes = (0.0, 0.0) if kind in ("event_wait",) else \
             flops_and_bytes(op, shapes, dtypes, out_shapes, out_dtypes, jargs)
         module, phase = self._module_phase()
+        if oom is not None:
+            self._out_of_memory_row(op, stream, module, phase, gap)
+            raise oom
         jargs = json.dumps(jargs, default=str)
         self.rows.add(kind=kind, op=op, stream=stream, iteration=self.iteration, module=module, phase=phase,
                       shapes=shapes, dtypes=dtypes, strides=strides, args=jargs,
@@ -642,8 +666,6 @@ class Recorder(TorchDispatchMode):
             self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, cached_args, out_shapes, out_dtypes,
                                          flops, nbytes, coll.get("blocking"), self.rows.last_hash_part)
         self._t_last = _clock()
-        if oom is not None:
-            raise oom
         return out
 
     def _collective(self, op, bound, jargs):

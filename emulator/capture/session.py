@@ -3,8 +3,9 @@
 Kept apart from `emulator.launch.worker` (argument parsing, booting before `import torch`) because
 everything here imports torch. `Session.run()` never loses what was recorded: the trace and the
 per-rank summary are written in a `finally`, whatever the program did. How the rank ended:
-OK; OOM when a torch.cuda.OutOfMemoryError ended it; INTERRUPTED on Ctrl-C / SIGTERM (the worker
-turns SIGTERM into KeyboardInterrupt); PROGRAM_FAILED otherwise.
+OK; OOM when a torch.cuda.OutOfMemoryError ended it (OOMs the program caught and went on from are
+only counted, `ooms_caught`); INTERRUPTED on Ctrl-C / SIGTERM (the worker turns SIGTERM into
+KeyboardInterrupt); PROGRAM_FAILED otherwise.
 """
 
 from __future__ import annotations
@@ -168,9 +169,10 @@ class Session:
             return Exit.INTERRUPTED
         return Exit.OOM if self.died_of_oom else Exit.PROGRAM_FAILED
 
-    def _oom(self) -> bool:
+    def _ooms_caught(self) -> int:
+        """OOMs the program caught and went on from (the one that ended the rank, if any, is not)."""
         mem = self.recorder.memory
-        return bool(mem is not None and mem.oom)
+        return max(mem.ooms - int(self.died_of_oom), 0) if mem is not None else 0
 
     def _peaks(self) -> tuple[int, int]:
         mem = self.recorder.memory
@@ -191,8 +193,9 @@ class Session:
         peak_alloc, peak_res = self._peaks()
         mem = rec.memory
         write_rank_summary(ns.out, RankSummary(
-            rank=ns.rank, ok=self.ok, error=self.error, oom=self._oom(), interrupted=self.interrupted,
-            oom_message=mem.oom_message if mem is not None else None, mode=self.policy, gpu=self.spec.key,
+            rank=ns.rank, ok=self.ok, error=self.error, oom=self.died_of_oom, ooms_caught=self._ooms_caught(),
+            interrupted=self.interrupted, oom_message=mem.oom_message if mem is not None else None,
+            mode=self.policy, gpu=self.spec.key,
             torch_version=torch.__version__, world_size=ns.world_size, local_world_size=ns.local_world_size,
             peak_allocated=peak_alloc, peak_reserved=peak_res, iterations=rec.steps,
             stopped_by_iterations=self.stopped, n_events=len(rec.rows),

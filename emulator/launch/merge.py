@@ -78,6 +78,7 @@ def merge(job: EmulationJob, runs: dict[int, RankRun], rank_map: dict[int, int],
                              if rep in summaries},
         oom=bool(oom_reps), oom_ranks=sorted(r for r, rep in rank_map.items() if rep in oom_reps),
         oom_message=next((s.oom_message for s in summaries.values() if s.oom_message), None),
+        ooms_caught={str(r): s.ooms_caught for r, s in sorted(summaries.items()) if s.ooms_caught},
         unsupported_ops=dict(unsupported), placeholders=dict(placeholders), emulation_wall_s=wall,
         ranks_emulated=sorted(summaries), rank_map={str(r): int(rep) for r, rep in sorted(rank_map.items())},
         groups=[{"name": g.get("name"), "ranks": g.get("ranks")} for g in (first.groups if first else [])],
@@ -114,6 +115,9 @@ def report(summary: EmulationSummary, console: Console) -> None:
         console.print(f"unsupported ops: {summary.unsupported_ops}")
     if summary.placeholders:
         console.print(f"placeholders for data-dependent values: {summary.placeholders}")
+    if summary.ooms_caught:
+        console.print(f"[yellow]the program caught torch.cuda.OutOfMemoryError and went on[/yellow] "
+                      f"(rank: count {summary.ooms_caught})")
     mismatches = (summary.dedup or {}).get("mismatches")
     if mismatches:
         console.print(f"[yellow]dedup check: ranks {mismatches} differ from their representative; "

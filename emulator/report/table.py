@@ -83,6 +83,8 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     c.print(t)
     if pred.get("warning"):
         c.print(f"[yellow]warning: {pred['warning']}[/yellow]")
+    for note in pred.get("notes") or []:
+        c.print(f"note: {note}", highlight=False)
     if out_dir is not None:
         c.print(f"prediction: {out_dir}/prediction.json" + (f", timeline: {out_dir}/timeline.json (open in "
                                                             "https://ui.perfetto.dev)" if pred.get("timeline") else ""))

@@ -77,8 +77,9 @@ class RankSummary:
     rank: int
     ok: bool = False
     error: str | None = None  # the program's traceback when it failed
-    oom: bool = False
-    oom_message: str | None = None
+    oom: bool = False  # an OOM ended the rank (the program did not catch it)
+    oom_message: str | None = None  # the allocator's message of the last OOM, caught or not
+    ooms_caught: int = 0  # torch.cuda.OutOfMemoryError the program caught and went on from
     interrupted: bool = False  # stopped by SIGTERM / Ctrl-C: the trace is partial
     setup_failed: bool = False  # the emulator could not start (unknown GPU, device build failed)
     mode: str | None = None  # emulate | cpu | profile | time
@@ -144,9 +145,10 @@ class EmulationSummary:
     host_speed_by_rank: dict[str, list[float]] = field(default_factory=dict)  # RankSummary.host_speed_by_iteration
     peak_allocated_bytes: dict[str, int] = field(default_factory=dict)  # rank (as a string) -> bytes
     peak_reserved_bytes: dict[str, int] = field(default_factory=dict)
-    oom: bool = False
+    oom: bool = False  # an OOM ended some rank
     oom_ranks: list[int] = field(default_factory=list)
     oom_message: str | None = None
+    ooms_caught: dict[str, int] = field(default_factory=dict)  # rank -> OOMs the program caught and went on from
     unsupported_ops: dict[str, int] = field(default_factory=dict)
     placeholders: dict[str, int] = field(default_factory=dict)
     emulation_wall_s: float = 0.0
