@@ -61,6 +61,9 @@ _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, Data
                  NotImplementedError)
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+# A barrier is a collective the job blocks on whatever its token tensor's device (torch makes a CPU one
+# for a fake group, NCCL a device one): always recorded.
+_BARRIER = "c10d::barrier"
 _clock = time.process_time  # host-gap clock, see the module docstring
 HOST_SPEED_PROBE = {"repeats": 2, "steps": 3}  # a few tens of ms between two iterations
 _MISS = object()
@@ -361,7 +364,7 @@ class Recorder(TorchDispatchMode):
             for x in flat:
                 if is_wrapper_subclass(x):
                     return NotImplemented
-            if self.policy == "emulate" and not self._touches_device(flat, kwargs):
+            if self.policy == "emulate" and not self._touches_device(flat, kwargs) and op != _BARRIER:
                 return func(*args, **kwargs)
         if op == "aten::_local_scalar_dense":
             if args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cuda":
@@ -674,6 +677,7 @@ class Recorder(TorchDispatchMode):
         info = self.collectives.describe(op, bound)
         jargs.pop("async_op", None)  # in the `async_op` column
         jargs.pop("group_name", None)  # in the `group` column; args stay equal across ranks
+        jargs.pop("device_ids", None)  # a barrier's device: the rank's own GPU, not the work
         return info.kind, dict(group=info.group, group_ranks=info.group_ranks, coll_seq=info.coll_seq,
                                coll_bytes=info.coll_bytes, peer=info.peer, async_op=info.async_op,
                                _functional=op.startswith(("_c10d_functional::", "c10d_functional::")))
