@@ -31,6 +31,7 @@ from emulator.report.prediction import Prediction, build_prediction
 from emulator.report.timeline import write_timeline
 from emulator.simulate.analysis import timing
 from emulator.simulate.cluster import ClusterFileError, build_cluster, read_cluster_file
+from emulator.simulate.cuda_events import cuda_event_timings
 from emulator.simulate.engine import simulate
 from emulator.trace.io import DamagedFile, read_summary, write_json
 from emulator.trace.layout import EMULATION_JSON, PREDICTION_JSON, TIMELINE_JSON
@@ -88,6 +89,8 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     if hang is not None and job.summary.oom:
         hang = None  # a run that died of OOM stops mid-iteration: the OOM is the answer, not the hang
     pred = build_prediction(job, cl, tm, est, time.perf_counter() - t0, tokens_per_iteration, hang, host)
+    if result is not None and hang is None:
+        pred.cuda_event_timings = cuda_event_timings(result)
     pred.timeline = bool(timeline and result is not None and tm is not None)
     if write:
         if pred.timeline:

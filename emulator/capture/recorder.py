@@ -49,9 +49,9 @@ from torch._subclasses.fake_tensor import (
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from emulator.capture import fastpath, signature
+from emulator.capture import fastpath, signature, tensor_kinds
 from emulator.capture.modules import ModuleStack
-from emulator.capture.shadows import Shadows
+from emulator.capture.shadows import VALUE_SOURCES, Shadows
 from emulator.capture.trace_rows import TraceRows
 from emulator.core.ops import HOST_DEVICE_COPY_OPS, canonical_op, dtype_bytes, flops_and_bytes, is_view_op
 from emulator.device.fake_mode import is_wrapper_subclass
@@ -147,7 +147,7 @@ class Recorder(TorchDispatchMode):
         self._op_info: dict = {}
         self._lock = threading.RLock()
         # real values of small device tensors whose data came from the host (read by .item() and friends)
-        self.shadows = Shadows() if policy == "emulate" else None
+        self.shadows = Shadows(self.note_placeholder) if policy == "emulate" else None
         self.real_reads = 0  # device scalars read with their real value (see emulator.capture.shadows)
         self._measure = policy == "profile"
         self._probing_host = False
@@ -454,7 +454,7 @@ class Recorder(TorchDispatchMode):
 
     def _derive_values(self, func, args, kwargs, out, kind: str, keyed=None) -> None:
         """Keep real values flowing from host data (a copy to the device, ops on such tensors)."""
-        if self.shadows is not None and (self.shadows.storages or kind == "memcpy"):
+        if self.shadows is not None and (self.shadows.storages or kind == "memcpy" or id(func) in VALUE_SOURCES):
             self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None)
 
     def _see_outputs(self, out, new: list | None = None) -> None:
@@ -610,6 +610,8 @@ class Recorder(TorchDispatchMode):
             row = self._row_cache.get(keyed[0])
             if row is not None:
                 return self._record_cached(row, func, args, kwargs, op, keyed, gap)
+        if self.policy == "emulate":  # sparse, nested, quantized: named, with the program's line
+            tensor_kinds.check_call(op, _flatten(args) + list(kwargs.values()), kwargs)
         bound, shapes, dtypes, strides, jargs = signature.describe_call(func, args, kwargs)
         stream = self.stream_id()
         kind, coll = "kernel", {}

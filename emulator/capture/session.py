@@ -65,10 +65,11 @@ class Session:
             cuda_shim.install(self.spec, ns.local_world_size, rec)
             cuda_shim.set_device(0)
             memory.install_resize_hook(stream_id)
-            from emulator.capture import checkpoint, libraries
+            from emulator.capture import checkpoint, libraries, tensor_kinds
 
             checkpoint.install(rec, stream_id)
             libraries.install(rec.fake_mode)
+            tensor_kinds.install()
             from emulator.capture import fastpath
             from emulator.device import boot
 

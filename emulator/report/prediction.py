@@ -18,6 +18,8 @@ Definitions behind the numbers:
   parallel) are each counted, so pass `--tokens-per-iteration` for those layouts;
   `tokens_source` says which rule applied. null when neither gives a number.
 - cost: iteration_time_s x world_size x price per GPU-hour / 3600.
+- cuda_event_timings: for each pair of `torch.cuda.Event`s the program timed with `elapsed_time`
+  (which reads a placeholder during emulation), the simulated milliseconds between them on rank 0.
 - notes: what the user should know that does not make the prediction wrong, e.g. OOMs the
   program caught and recovered from (`oom` is only for an OOM that ended a rank).
 """
@@ -165,6 +167,7 @@ class Prediction:
     warning: str | None = None
     gpu_variant: dict | None = None  # a variant of a known part: its base and what differs (emulator.core.variants)
     notes: list[str] = field(default_factory=list)
+    cuda_event_timings: list[dict] = field(default_factory=list)  # emulator.simulate.cuda_events
 
     def to_json(self) -> dict:
         out = asdict(self)
