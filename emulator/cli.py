@@ -3,6 +3,9 @@
 Flags follow torchrun (`--nproc-per-node`, `--nnodes`) and `-m module` works like python's.
 Calibration lives in `pipelines` (Dagster); it runs in its own process so the emulator never
 imports the orchestrator.
+
+Every subcommand that runs or reads a job exits with one code of `emulator.core.exitcodes`
+(listed in `--help`): 0 only when the prediction (or emulation) is valid.
 """
 
 from __future__ import annotations
@@ -10,19 +13,28 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+from emulator.core.exitcodes import Exit, outcome
+from emulator.core.exitcodes import table as exit_table
+
+if TYPE_CHECKING:
+    from emulator.report.prediction import Prediction
+
+EXIT_CODES = "Exit codes:\n\n\b\n" + exit_table()  # \b: click keeps the lines as they are
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, epilog=EXIT_CODES,
                   help="Predict time, memory and cost of a PyTorch training job on a GPU cluster, without the GPUs.")
 
 
-def _console() -> Console:
+def _console(stderr: bool = False) -> Console:
     """A console sized to the terminal, at least 120 columns so tables don't fold when piped."""
-    c = Console()
-    return Console(width=max(c.width, 120)) if not c.is_terminal else c
+    c = Console(stderr=stderr)
+    return Console(stderr=stderr, width=max(c.width, 120)) if not c.is_terminal else c
 
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False, "allow_extra_args": True}
@@ -43,11 +55,37 @@ def _gpu(key: str):
     try:
         return get_gpu(key)
     except UnknownGPUError as e:
-        _console().print(f"[red]{e}[/red]")
-        raise typer.Exit(2) from None
+        _refuse(str(e))
 
 
-@app.command(context_settings=_PASSTHROUGH)
+def _refuse(message: str, code: Exit = Exit.BAD_INPUT):
+    """One line on stderr saying what is wrong, and the exit code for it."""
+    _console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _run_job(run, **kwargs):
+    """Run a job (emulation or profile); a job that cannot run as given is one line and BAD_INPUT."""
+    from emulator.launch.job import BadJob
+
+    try:
+        return run(**kwargs)
+    except BadJob as e:
+        _refuse(str(e))
+
+
+def _check_predictors(spec, roofline_only: bool) -> None:
+    """Refuse at once, before a long emulation, when the target has no predictors to time it."""
+    if roofline_only:
+        return
+    from emulator.estimate.registry import predictors_available
+
+    problem = predictors_available(spec)
+    if problem:
+        _refuse(problem)
+
+
+@app.command(context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
 def emulate(
     script: str = typer.Argument(None, help="training script (or use -m MODULE)"),
     args: list[str] = typer.Argument(None, help="arguments passed to the program"),
@@ -65,12 +103,13 @@ def emulate(
 
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
-    summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
-                            nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs)
-    raise typer.Exit(0 if summary.ok else 1)
+    summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
+                       nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=out, dedup=dedup,
+                       jobs=jobs)
+    raise typer.Exit(summary.outcome())
 
 
-@app.command(context_settings=_PASSTHROUGH)
+@app.command(context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
 def profile(
     script: str = typer.Argument(None),
     args: list[str] = typer.Argument(None),
@@ -85,25 +124,35 @@ def profile(
     from emulator.launch.profile import run_profile
 
     script, module, argv = _program(script, module, args)
-    summary = run_profile(script=script, module=module, argv=argv, nproc_per_node=nproc_per_node,
-                          iterations=iterations, out=out, timing_only=timing_only)
-    raise typer.Exit(0 if summary.ok else 1)
+    summary = _run_job(run_profile, script=script, module=module, argv=argv, nproc_per_node=nproc_per_node,
+                       iterations=iterations, out=out, timing_only=timing_only)
+    raise typer.Exit(summary.outcome())
 
 
-def simulate_command(trace_dir: Path, console: Console | None = None, **options):
-    """`maya simulate` (and the simulate half of `maya predict`): the prediction printed, or one line saying
-    why the folder cannot be simulated (None then)."""
+def run_simulation(trace_dir: Path, console: Console | None = None, debug: bool = False,
+                   **options) -> tuple[Prediction | None, Exit]:
+    """`maya simulate` (and the simulate half of `maya predict`): (the prediction, printed, and its exit
+    code), or (None, code) after one line saying why the folder cannot be simulated (`debug`: the
+    traceback instead)."""
     from emulator.pipeline import EXPECTED_ERRORS, predict_from_trace
     from emulator.report.table import print_prediction
+    from emulator.trace.summaries import InterruptedEmulation
 
     c = console or _console()
     try:
         pred = predict_from_trace(trace_dir, **options)
     except EXPECTED_ERRORS as e:
-        c.print(f"[red]error:[/red] {e}", highlight=False)
-        return None
+        if debug:
+            raise
+        (console or _console(stderr=True)).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        return None, Exit.INTERRUPTED if isinstance(e, InterruptedEmulation) else Exit.BAD_INPUT
     print_prediction(pred, c, out_dir=trace_dir)
-    return pred
+    return pred, outcome(oom=pred.oom, failed=pred.emulation_failed is not None, hang=pred.hang is not None)
+
+
+def simulate_command(trace_dir: Path, console: Console | None = None, **options) -> Prediction | None:
+    """The prediction of `run_simulation`, or None when the folder cannot be simulated."""
+    return run_simulation(trace_dir, console, **options)[0]
 
 
 def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline,
@@ -113,7 +162,10 @@ def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, 
                 timeline=timeline, roofline_only=roofline_only)
 
 
-@app.command()
+_DEBUG = typer.Option(False, "--debug", help="on an unreadable folder, show the traceback, not one line")
+
+
+@app.command(epilog=EXIT_CODES)
 def simulate(
     trace_dir: Path = typer.Argument(..., help="an emulation output folder"),
     gpu: str = typer.Option(None, help="re-target another GPU (default: the emulated one)"),
@@ -125,17 +177,16 @@ def simulate(
     timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
     roofline_only: bool = typer.Option(False, "--roofline-only",
                                        help="time every op with the labelled analytical fallback (no predictors)"),
+    debug: bool = _DEBUG,
 ):
     """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
     if gpu:
         gpu = _gpu(gpu).key
-    result = simulate_command(trace_dir, **_simulate_options(gpu, nnodes, nproc_per_node, cluster,
-                                                            price_per_gpu_hour, tokens_per_iteration, timeline,
-                                                            roofline_only))
-    raise typer.Exit(0 if result is not None and result.hang is None else 1)
+    raise typer.Exit(run_simulation(trace_dir, debug=debug, **_simulate_options(
+        gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline, roofline_only))[1])
 
 
-@app.command(context_settings=_PASSTHROUGH)
+@app.command(context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
 def predict(
     script: str = typer.Argument(None),
     args: list[str] = typer.Argument(None),
@@ -153,20 +204,22 @@ def predict(
     timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
     roofline_only: bool = typer.Option(False, "--roofline-only",
                                        help="time every op with the labelled analytical fallback (no predictors)"),
+    debug: bool = _DEBUG,
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launch.emulate import run_emulation
 
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
-    summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
-                            nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs)
-    if not summary.ok and not summary.oom:
-        raise typer.Exit(1)
-    result = simulate_command(out, **_simulate_options(spec.key, nnodes, nproc_per_node, cluster,
-                                                      price_per_gpu_hour, tokens_per_iteration, timeline,
-                                                      roofline_only))
-    raise typer.Exit(0 if result is not None and result.hang is None else 1)
+    _check_predictors(spec, roofline_only)
+    summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
+                       nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=out, dedup=dedup,
+                       jobs=jobs)
+    if summary.outcome() not in (Exit.OK, Exit.OOM):  # an OOM run is still simulated: its memory is the answer
+        raise typer.Exit(summary.outcome())
+    raise typer.Exit(run_simulation(out, debug=debug, **_simulate_options(
+        spec.key, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline,
+        roofline_only))[1])
 
 
 @app.command()

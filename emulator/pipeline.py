@@ -4,9 +4,11 @@
         ->  simulate + analyse (emulator.simulate)  ->  report (emulator.report)
 
 `predict_from_trace` returns the `Prediction` and writes `OUT/prediction.json` and
-`OUT/timeline.json`. It raises one of EXPECTED_ERRORS for inputs that cannot be simulated (a
-trace of another schema version, no predictors for the GPU, a cluster file with a typo, a layout
-that does not match the trace); the CLI turns those into one clear line.
+`OUT/timeline.json`, after removing the ones an earlier simulation left: whatever happens, the
+folder never shows a prediction beside a trace it was not made from. It raises one of
+EXPECTED_ERRORS for inputs that cannot be simulated (a trace of another schema version, a
+truncated or damaged file, an interrupted emulation, no predictors for the GPU, a cluster file
+with a typo, a layout that does not match the trace); the CLI turns those into one clear line.
 
 A hang (collectives that do not match across ranks) is an answer, not a crash: the prediction
 is written with `hang` set and no time. An OOM is an answer too: it is reported first, and the
@@ -29,13 +31,14 @@ from emulator.report.prediction import Prediction, build_prediction
 from emulator.report.timeline import write_timeline
 from emulator.simulate.analysis import timing
 from emulator.simulate.cluster import ClusterFileError, build_cluster, read_cluster_file
+from emulator.simulate.cuda_events import cuda_event_timings
 from emulator.simulate.engine import simulate
-from emulator.trace.io import read_summary, write_json
-from emulator.trace.layout import PREDICTION_JSON, TIMELINE_JSON
+from emulator.trace.io import DamagedFile, read_summary, write_json
+from emulator.trace.layout import EMULATION_JSON, PREDICTION_JSON, TIMELINE_JSON
 from emulator.trace.schema import TraceSchemaError
-from emulator.trace.summaries import SummaryError
+from emulator.trace.summaries import InterruptedEmulation, SummaryError
 
-EXPECTED_ERRORS = (TraceSchemaError, SummaryError, CollateError, ClusterFileError, NoPredictorError,
+EXPECTED_ERRORS = (TraceSchemaError, SummaryError, DamagedFile, CollateError, ClusterFileError, NoPredictorError,
                    UnknownGPUError, GPUVariantError, FileNotFoundError)
 
 
@@ -51,7 +54,14 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     emulated one (a variant the emulation ran on is registered again from emulation.json)."""
     t0 = time.perf_counter()
     trace_dir = Path(trace_dir)
+    if write and (trace_dir / EMULATION_JSON).exists():  # only in maya's own folders
+        for name in (PREDICTION_JSON, TIMELINE_JSON):
+            (trace_dir / name).unlink(missing_ok=True)
     summary = read_summary(trace_dir)
+    if summary.interrupted:
+        raise InterruptedEmulation(f"{trace_dir}: the emulation was interrupted (Ctrl-C / SIGTERM) after "
+                                   f"{summary.emulation_wall_s:.1f} s; its traces are partial. Re-run "
+                                   f"`maya emulate` (or `maya predict`) into this folder")
     if summary.gpu_spec:
         variant_from_table(summary.gpu_spec, f"{trace_dir}/emulation.json gpu_spec")
     file = read_cluster_file(cluster) if cluster else {}
@@ -79,6 +89,8 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     if hang is not None and job.summary.oom:
         hang = None  # a run that died of OOM stops mid-iteration: the OOM is the answer, not the hang
     pred = build_prediction(job, cl, tm, est, time.perf_counter() - t0, tokens_per_iteration, hang, host)
+    if result is not None and hang is None:
+        pred.cuda_event_timings = cuda_event_timings(result)
     pred.timeline = bool(timeline and result is not None and tm is not None)
     if write:
         if pred.timeline:

@@ -10,6 +10,10 @@ Why chunks and renames: benchmark runs on a GPU node take minutes and get interr
 is written to a temporary name (not matching `*.parquet`) and renamed into place, so a reader never
 sees half a file, and `completed_chunks` tells a restarted run which chunks it can skip.
 
+The DuckDB file holds nothing but views over those files (and the schema version): when it is
+damaged, `connect` moves it aside and builds it again, losing nothing; when another process holds
+it (a second calibration writing the views), `connect` waits a little, then says who holds it.
+
 Only pyarrow is imported at module import (bare GPU nodes write through this module); duckdb and
 pandas are imported by the functions that need them.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import uuid
 from pathlib import Path
 
@@ -208,13 +213,46 @@ def snapshot(df) -> dict:
             "by_partition": {f"{g}/{s}": int(n) for (g, s), n in dict(counts).items()}}
 
 
+LOCK_WAIT_S = 10.0  # how long `connect` waits for another process's connection to the DuckDB file
+
+
+def _open(duckdb, path: Path, read_only: bool, wait_s: float = LOCK_WAIT_S):
+    """A connection to `path`; None when the file is not a readable DuckDB database. Waits up to `wait_s`
+    while another process holds it, then raises WarehouseError naming the holder."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as e:
+            msg = str(e)
+            if "lock" not in msg.lower():
+                if "not a valid DuckDB database" in msg or "Could not read" in msg or "Corrupt" in msg:
+                    return None
+                raise
+            if time.monotonic() > deadline:
+                raise WarehouseError(f"{path} is in use by another process for {wait_s:.0f} s ({msg}); "
+                                     "another calibration writing the warehouse? Retry when it is done") from None
+            time.sleep(0.2)
+
+
 def connect(root=None, read_only: bool = False):
     """DuckDB connection to `<root>/maya.duckdb` with views over the Parquet files and hardware JSON."""
     import duckdb
 
     r = _root(root)
     r.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(r / "maya.duckdb"), read_only=read_only)
+    path = r / "maya.duckdb"
+    con = _open(duckdb, path, read_only)
+    if con is None:  # damaged: nothing in it but views, so it is rebuilt from the Parquet files
+        aside = path.with_name(f"{path.name}.damaged-{uuid.uuid4().hex[:8]}")
+        os.replace(path, aside)
+        print(f"maya: {path} was not a readable DuckDB file; moved it to {aside} and rebuilt its views "
+              "(the measurements are the Parquet files: nothing was lost)", file=sys.stderr)
+        if read_only:
+            connect(r).close()
+        con = _open(duckdb, path, read_only)
     if read_only:
         return con
     files = measurement_files(r)

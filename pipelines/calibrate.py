@@ -6,14 +6,47 @@ benchmarks, reference import, warehouse views and checks, predictor training and
 
 The part asked for must be the local device (or `cpu`). If it is not, this says so, exits with
 status 2 and writes nothing. A run killed half-way resumes where it stopped when started again.
+One calibration of a partition at a time: a second one started while the first runs says who is
+running and exits with EXIT_BUSY, changing nothing (two would interleave their run ids).
 """
 
 import argparse
+import contextlib
+import fcntl
 import os
 import sys
 from pathlib import Path
 
 EXIT_WRONG_DEVICE = 2
+EXIT_BUSY = 75  # another calibration of the partition is running (sysexits' EX_TEMPFAIL: retry later)
+EXIT_INTERRUPTED = 130
+
+
+class PartitionBusy(RuntimeError):
+    """Another process is calibrating this partition."""
+
+
+@contextlib.contextmanager
+def partition_lock(root: Path, gpu: str):
+    """Hold `<root>/runs/gpu=<gpu>/calibrate.lock` (flock: released when the process ends, however it ends)."""
+    import datetime as dt
+
+    path = Path(root) / "runs" / f"gpu={gpu}" / "calibrate.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise PartitionBusy(f"a calibration of {gpu!r} is already running ({holder}); wait for it to finish "
+                                "or stop it, then run this again (it resumes the unfinished run). "
+                                "Nothing was changed.") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"PID {os.getpid()} since {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC")
+        f.flush()
+        yield
 
 
 def _local_check(gpu: str) -> str | None:
@@ -125,10 +158,33 @@ def main(argv=None) -> int:
               f"NVML sees: {', '.join(names) if names else 'no NVIDIA GPU'}. Run it on a node with that GPU "
               "(or `--gpu cpu` to calibrate this processor). Nothing was written.", file=sys.stderr)
         return EXIT_WRONG_DEVICE
-    result = calibrate(gpu, budget_s=a.budget_s, traces=a.traces, collective_budget_s=a.collective_budget_s,
-                       skip_predictors=a.skip_predictors)
+    from emulator.core.settings import warehouse_root
+
+    try:
+        with partition_lock(warehouse_root(), gpu):
+            result = calibrate(gpu, budget_s=a.budget_s, traces=a.traces, collective_budget_s=a.collective_budget_s,
+                               skip_predictors=a.skip_predictors)
+    except PartitionBusy as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BUSY
+    except KeyboardInterrupt:
+        return _interrupted(gpu)
     _report(result, gpu)
+    if _was_interrupted(result):  # Dagster turns Ctrl-C inside a step into that step's failure
+        return _interrupted(gpu)
     return 0 if result.success else 1
+
+
+def _was_interrupted(result) -> bool:
+    return any(ev.event_type_value == "STEP_FAILURE"
+               and "DagsterExecutionInterruptedError" in (ev.event_specific_data.error.cls_name or "")
+               for ev in result.all_events)
+
+
+def _interrupted(gpu: str) -> int:
+    print(f"interrupted: the chunks measured so far are in the warehouse; calibrating {gpu!r} again resumes "
+          "this run", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ class HostGapPricing:
         point = rec.rows.checkpoint()
         parts = len(rec.gap_parts)
         mem = rec.memory
-        peaks = (mem.peaks(), mem.oom) if mem is not None else None
+        peaks = (mem.peaks(), mem.ooms) if mem is not None else None
         before = rec.prices()
         rec.set_prices({"device_query": 0.0, "crossing": 0.0, "forward": 0.0, "backward": 0.0})
         gaps = rec.rows.cols["host_gap_s"]
@@ -118,7 +118,7 @@ class HostGapPricing:
             del rec.gap_parts[parts:]
             if peaks is not None:  # the loops' tensors are the emulator's, not the program's
                 mem.restore_peaks(*peaks[0])
-                mem.oom = peaks[1]
+                mem.ooms = peaks[1]
 
 
 def _steady_median(gaps: list[float], calls: int) -> float:

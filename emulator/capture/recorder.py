@@ -34,6 +34,7 @@ import json
 import os
 import threading
 import time
+import traceback
 from collections import Counter
 
 import torch
@@ -48,9 +49,9 @@ from torch._subclasses.fake_tensor import (
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from emulator.capture import fastpath, signature
+from emulator.capture import fastpath, signature, tensor_kinds
 from emulator.capture.modules import ModuleStack
-from emulator.capture.shadows import Shadows
+from emulator.capture.shadows import VALUE_SOURCES, Shadows
 from emulator.capture.trace_rows import TraceRows
 from emulator.core.ops import HOST_DEVICE_COPY_OPS, canonical_op, dtype_bytes, flops_and_bytes, is_view_op
 from emulator.device.fake_mode import is_wrapper_subclass
@@ -60,6 +61,9 @@ _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, Data
                  NotImplementedError)
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+# A barrier is a collective the job blocks on whatever its token tensor's device (torch makes a CPU one
+# for a fake group, NCCL a device one): always recorded.
+_BARRIER = "c10d::barrier"
 _clock = time.process_time  # host-gap clock, see the module docstring
 HOST_SPEED_PROBE = {"repeats": 2, "steps": 3}  # a few tens of ms between two iterations
 _MISS = object()
@@ -143,7 +147,7 @@ class Recorder(TorchDispatchMode):
         self._op_info: dict = {}
         self._lock = threading.RLock()
         # real values of small device tensors whose data came from the host (read by .item() and friends)
-        self.shadows = Shadows() if policy == "emulate" else None
+        self.shadows = Shadows(self.note_placeholder) if policy == "emulate" else None
         self.real_reads = 0  # device scalars read with their real value (see emulator.capture.shadows)
         self._measure = policy == "profile"
         self._probing_host = False
@@ -315,6 +319,18 @@ class Recorder(TorchDispatchMode):
             # C++. The hottest path of the emulator: counted, not timed (priced by calibration).
             self.device_queries += 1
             return args[0].fake_device
+        try:
+            return self._dispatch(func, args, kwargs)
+        except torch.cuda.OutOfMemoryError as e:
+            # The exception's traceback holds the recorder's frames, and they hold the op's inputs and
+            # outputs: a program that catches the OOM and `del`s its tensors would not free them (on a GPU
+            # the C++ frames are gone). Clear those frames and raise a fresh error from here.
+            message = str(e)
+            traceback.clear_frames(e.__traceback__)
+        del args, kwargs
+        raise torch.cuda.OutOfMemoryError(message) from None
+
+    def _dispatch(self, func, args, kwargs):
         self.crossings += 1
         if func is _LOCAL_SCALAR and type(args[0]) is torch.Tensor and not args[0].is_cuda:
             return func(*args)  # `.item()` of a host tensor (an optimizer's step count): no device event
@@ -348,7 +364,7 @@ class Recorder(TorchDispatchMode):
             for x in flat:
                 if is_wrapper_subclass(x):
                     return NotImplemented
-            if self.policy == "emulate" and not self._touches_device(flat, kwargs):
+            if self.policy == "emulate" and not self._touches_device(flat, kwargs) and op != _BARRIER:
                 return func(*args, **kwargs)
         if op == "aten::_local_scalar_dense":
             if args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cuda":
@@ -438,7 +454,7 @@ class Recorder(TorchDispatchMode):
 
     def _derive_values(self, func, args, kwargs, out, kind: str, keyed=None) -> None:
         """Keep real values flowing from host data (a copy to the device, ops on such tensors)."""
-        if self.shadows is not None and (self.shadows.storages or kind == "memcpy"):
+        if self.shadows is not None and (self.shadows.storages or kind == "memcpy" or id(func) in VALUE_SOURCES):
             self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None)
 
     def _see_outputs(self, out, new: list | None = None) -> None:
@@ -535,12 +551,20 @@ class Recorder(TorchDispatchMode):
             except torch.cuda.OutOfMemoryError as e:
                 oom = e
         module, phase = self._module_phase()
+        if oom is not None:
+            self._out_of_memory_row(op, stream, module, phase, gap)
+            raise oom
         self.rows.add_repeat(kind, op, shapes, dtypes, strides, jargs, out_shapes, out_dtypes, flops, nbytes, blocking,
                              hash_part, stream, self.iteration, module, phase, gap, self._mem())
         self._t_last = _clock()
-        if oom is not None:
-            raise oom
         return out
+
+    def _out_of_memory_row(self, op: str, stream: int, module: str, phase: str, gap: float) -> None:
+        """An op whose outputs did not fit never runs on the GPU: a marker row where it was (its host gap
+        kept) instead of a kernel, so a program that catches the OOM and goes on is not charged for it."""
+        self.rows.add(kind="marker", op="maya::out_of_memory", stream=stream, iteration=self.iteration,
+                      module=module, phase=phase, args=json.dumps({"op": op}), host_gap_s=gap, mem=self._mem())
+        self._t_last = _clock()
 
     def _record_higher_order(self, func, args, kwargs, t_enter):
         """A higher-order op (FlexAttention forward/backward): one kernel row over its tensor inputs.
@@ -586,6 +610,8 @@ class Recorder(TorchDispatchMode):
             row = self._row_cache.get(keyed[0])
             if row is not None:
                 return self._record_cached(row, func, args, kwargs, op, keyed, gap)
+        if self.policy == "emulate":  # sparse, nested, quantized: named, with the program's line
+            tensor_kinds.check_call(op, _flatten(args) + list(kwargs.values()), kwargs)
         bound, shapes, dtypes, strides, jargs = signature.describe_call(func, args, kwargs)
         stream = self.stream_id()
         kind, coll = "kernel", {}
@@ -629,6 +655,9 @@ class Recorder(TorchDispatchMode):
         flops, nbytes = (0.0, 0.0) if kind in ("event_wait",) else \
             flops_and_bytes(op, shapes, dtypes, out_shapes, out_dtypes, jargs)
         module, phase = self._module_phase()
+        if oom is not None:
+            self._out_of_memory_row(op, stream, module, phase, gap)
+            raise oom
         jargs = json.dumps(jargs, default=str)
         self.rows.add(kind=kind, op=op, stream=stream, iteration=self.iteration, module=module, phase=phase,
                       shapes=shapes, dtypes=dtypes, strides=strides, args=jargs,
@@ -642,8 +671,6 @@ class Recorder(TorchDispatchMode):
             self._row_cache[keyed[0]] = (kind, op, shapes, dtypes, strides, cached_args, out_shapes, out_dtypes,
                                          flops, nbytes, coll.get("blocking"), self.rows.last_hash_part)
         self._t_last = _clock()
-        if oom is not None:
-            raise oom
         return out
 
     def _collective(self, op, bound, jargs):
@@ -652,6 +679,7 @@ class Recorder(TorchDispatchMode):
         info = self.collectives.describe(op, bound)
         jargs.pop("async_op", None)  # in the `async_op` column
         jargs.pop("group_name", None)  # in the `group` column; args stay equal across ranks
+        jargs.pop("device_ids", None)  # a barrier's device: the rank's own GPU, not the work
         return info.kind, dict(group=info.group, group_ranks=info.group_ranks, coll_seq=info.coll_seq,
                                coll_bytes=info.coll_bytes, peer=info.peer, async_op=info.async_op,
                                _functional=op.startswith(("_c10d_functional::", "c10d_functional::")))

@@ -2,7 +2,10 @@
 
 Kept apart from `emulator.launch.worker` (argument parsing, booting before `import torch`) because
 everything here imports torch. `Session.run()` never loses what was recorded: the trace and the
-per-rank summary are written in a `finally`, whatever the program did.
+per-rank summary are written in a `finally`, whatever the program did. How the rank ended:
+OK; OOM when a torch.cuda.OutOfMemoryError ended it (OOMs the program caught and went on from are
+only counted, `ooms_caught`); INTERRUPTED on Ctrl-C / SIGTERM (the worker turns SIGTERM into
+KeyboardInterrupt); PROGRAM_FAILED otherwise.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Session:
         self.ok = False
         self.stopped = False
         self.died_of_oom = False
+        self.interrupted = False
         self.recorder = self._build()
         self.pricing = HostGapPricing(self.recorder, policy)
 
@@ -61,10 +65,11 @@ class Session:
             cuda_shim.install(self.spec, ns.local_world_size, rec)
             cuda_shim.set_device(0)
             memory.install_resize_hook(stream_id)
-            from emulator.capture import checkpoint, libraries
+            from emulator.capture import checkpoint, libraries, tensor_kinds
 
             checkpoint.install(rec, stream_id)
             libraries.install(rec.fake_mode)
+            tensor_kinds.install()
             from emulator.capture import fastpath
             from emulator.device import boot
 
@@ -137,12 +142,16 @@ class Session:
             self.ok = self.stopped = True
         except _ProgramFailed:
             pass
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.error = "interrupted (Ctrl-C / SIGTERM)"
         except BaseException as e:  # noqa: BLE001 - the program's own failure, reported verbatim
             self.error = _program_traceback()
             self.died_of_oom = isinstance(e, torch.cuda.OutOfMemoryError)
         finally:
             from emulator.distributed import fake_pg
 
+            _hold_signals()
             fake_pg.shutdown()
             wall = time.perf_counter() - t0
             if self.ok and self.policy in ("emulate", "cpu"):
@@ -157,11 +166,14 @@ class Session:
             self._write(wall)
         if self.ok:
             return Exit.OK
+        if self.interrupted:
+            return Exit.INTERRUPTED
         return Exit.OOM if self.died_of_oom else Exit.PROGRAM_FAILED
 
-    def _oom(self) -> bool:
+    def _ooms_caught(self) -> int:
+        """OOMs the program caught and went on from (the one that ended the rank, if any, is not)."""
         mem = self.recorder.memory
-        return bool(mem is not None and mem.oom)
+        return max(mem.ooms - int(self.died_of_oom), 0) if mem is not None else 0
 
     def _peaks(self) -> tuple[int, int]:
         mem = self.recorder.memory
@@ -182,8 +194,9 @@ class Session:
         peak_alloc, peak_res = self._peaks()
         mem = rec.memory
         write_rank_summary(ns.out, RankSummary(
-            rank=ns.rank, ok=self.ok, error=self.error, oom=self._oom(),
-            oom_message=mem.oom_message if mem is not None else None, mode=self.policy, gpu=self.spec.key,
+            rank=ns.rank, ok=self.ok, error=self.error, oom=self.died_of_oom, ooms_caught=self._ooms_caught(),
+            interrupted=self.interrupted, oom_message=mem.oom_message if mem is not None else None,
+            mode=self.policy, gpu=self.spec.key,
             torch_version=torch.__version__, world_size=ns.world_size, local_world_size=ns.local_world_size,
             peak_allocated=peak_alloc, peak_reserved=peak_res, iterations=rec.steps,
             stopped_by_iterations=self.stopped, n_events=len(rec.rows),
@@ -201,6 +214,17 @@ _HOST_SPEED_RUN = {"repeats": 3, "steps": 10}  # ~0.1 s each time rank 0 measure
 
 class _ProgramFailed(Exception):
     pass
+
+
+def _hold_signals() -> None:
+    """Once the program is over, a second Ctrl-C or the launcher's SIGTERM must not cut the writing of
+    what was recorded short: both are ignored from here to the worker's exit."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _program_traceback() -> str:

@@ -6,8 +6,15 @@ False). Library code branches on such reads: Hugging Face skips the attention ma
 placeholder it builds a mask and SDPA takes the memory-efficient kernel. Yet the data of those
 tensors was on the host before the program copied it over. `Shadows` keeps that copy, per fake
 *storage* (so views and in-place updates stay consistent), and computes on the CPU every op whose
-device inputs all have values (deterministic factory ops such as `arange` and `ones` included,
-once host data has arrived), so a later read of a derived value is the real one.
+device inputs all have values, so a later read of a derived value is the real one. Constants made
+on the device are host data too: factory ops (`torch.full`, `ones`, `zeros`, `arange`, their
+`_like` forms) and whole-tensor fills (`fill_`, `zero_`) give values, so GradScaler's scale
+(`torch.full((), 65536.0)`) reads back as 65536.0.
+
+One documented assumption (counted under the rank's `placeholders` as `amp_finite_grads`):
+GradScaler's check for inf/NaN gradients finds none, as on a GPU run that trains normally
+(emulated gradients have no values to check), so `found_inf` stays 0 and the scale evolves as
+it would there (constant, doubling every `growth_interval` steps).
 
 Limits (each falls back to the placeholder): storages over MAX_ELEMENTS elements get no values;
 random ops are not replayed (that would draw from the program's CPU generator); an op that writes
@@ -27,14 +34,23 @@ from emulator.capture.fastpath import storage_key
 
 MAX_ELEMENTS = 1 << 16  # masks and token ids of a batch fit; activations do not (and cost CPU time)
 _CPU = torch.device("cpu")
+aten = torch.ops.aten
+_FILL_LIKE = (aten.zeros_like.default, aten.ones_like.default, aten.full_like.default)
+_FILLS = (aten.fill_.Scalar, aten.zero_.default)  # overwrite their target with a constant
+# ops whose outputs' values need no input values: derived even before any host data reached the device
+VALUE_SOURCES = frozenset(id(f) for f in (
+    aten.full.default, aten.ones.default, aten.zeros.default, aten.scalar_tensor.default, aten.arange.default,
+    aten.arange.start, aten.arange.start_step, *_FILL_LIKE, *_FILLS))
+_AMP_CHECK = aten._amp_foreach_non_finite_check_and_unscale_.default
 
 
 class Shadows:
     """Fake storage -> a flat CPU tensor with its values."""
 
-    def __init__(self):
+    def __init__(self, note_placeholder=lambda kind: None):
         self.storages: dict[int, torch.Tensor] = {}
         self.replayed = 0  # ops computed on values (summary figure)
+        self.note_placeholder = note_placeholder  # counts the documented assumption (the module docstring)
 
     def value(self, t: FakeTensor) -> torch.Tensor | None:
         """`t`'s values as a CPU tensor (a view of its storage's values), or None."""
@@ -49,6 +65,12 @@ class Shadows:
         `inputs`: the call's fake tensors when the caller has them already (saves a flatten)."""
         if inputs is None:
             inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, FakeTensor)]
+        if func in _FILL_LIKE:  # the output's values do not depend on the input's: any of its shape will do
+            if self._replayable(func, out):
+                self._replay(func, args, kwargs, out, {id(x): torch.empty(x.shape, dtype=x.dtype) for x in inputs})
+            return
+        if func in _FILLS and isinstance(args[0], FakeTensor):
+            self._whole_storage_target(args[0])  # a buffer for the replay to fill: the target has values after
         if inputs:
             storages = self.storages
             for x in inputs:
@@ -58,7 +80,10 @@ class Shadows:
                 return  # the usual case: nothing here came from the host, nothing to derive or drop
         elif not self._real_tensor_in(args, kwargs) and "empty" in func.__name__:
             return  # uninitialised memory has no values to know
-        if func is torch.ops.aten.copy_.default and isinstance(args[0], FakeTensor):
+        if func is _AMP_CHECK:
+            self.note_placeholder("amp_finite_grads")  # found_inf keeps its 0: no inf/NaN gradients
+            return
+        if func is aten.copy_.default and isinstance(args[0], FakeTensor):
             self._whole_storage_target(args[0])  # copy_ overwrites its target: it gets values if its source has
         values = {id(x): self.value(x) for x in inputs}
         if all(v is not None for v in values.values()) and self._replayable(func, out):

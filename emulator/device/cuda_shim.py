@@ -6,7 +6,10 @@ calls assert "Torch not compiled with CUDA enabled"; on a CUDA build without a G
 "no device". Here every such call answers as the target `GPUSpec` would, streams and events
 become ids that the recorder writes into the trace, memory statistics come from the emulated
 caching allocator, and any CUDA runtime API we do not emulate fails with an error naming it
-(never a silent 0).
+(never a silent 0). Timing events are the one documented exception: emulated events carry no
+time, so `Event.elapsed_time` returns ELAPSED_TIME_PLACEHOLDER_MS, counted under the rank's
+`placeholders` (`elapsed_time`) and marked in the trace, where `maya predict` reads the simulated
+time between the two events instead.
 
 The shim talks to the rest of the emulator through a `DeviceEvents` sink (the recorder).
 """
@@ -21,6 +24,7 @@ from typing import Any, Protocol
 import torch
 
 from emulator.core.hardware import GPUSpec
+from emulator.trace.schema import ELAPSED_TIME_MARKER
 
 
 class UnsupportedCudaAPI(AttributeError, NotImplementedError):
@@ -32,6 +36,8 @@ class DeviceEvents(Protocol):
 
     def sync_event(self, kind: str, op: str, stream: int, event_id: int | None = None,
                    args: dict | None = None) -> None: ...
+
+    def note_placeholder(self, kind: str) -> None: ...
 
     def memory_stats(self) -> dict: ...
 
@@ -64,6 +70,9 @@ class FakeDeviceProperties:
         return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
                 f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
 
+
+# What `Event.elapsed_time` returns in emulation (milliseconds). Not 0: step timers divide by it.
+ELAPSED_TIME_PLACEHOLDER_MS = 1.0
 
 _stream_ids = itertools.count(1)
 _event_ids = itertools.count(1)
@@ -155,8 +164,16 @@ class FakeEvent:
         _sink().sync_event("stream_sync", "cuda::event_synchronize", 0, self.event_id)
 
     def elapsed_time(self, end_event: FakeEvent) -> float:
-        raise UnsupportedCudaAPI(
-            "torch.cuda.Event.elapsed_time: emulated events carry no time (maya predicts time after emulation)")
+        """The placeholder (see the module docstring); torch's own errors for events that cannot be timed."""
+        if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if not (self._recorded and getattr(end_event, "_recorded", False)):
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        sink = _sink()
+        sink.note_placeholder("elapsed_time")
+        sink.sync_event("marker", ELAPSED_TIME_MARKER, current_stream_id(),
+                        args={"start": self.event_id, "end": end_event.event_id})
+        return ELAPSED_TIME_PLACEHOLDER_MS
 
 
 def _sink() -> DeviceEvents:

@@ -9,6 +9,11 @@ the backend the program asked for ("nccl" when it named none), as on the GPU clu
 code that branches on a fake group (torch 2.14's pipelining refuses metadata inference across
 ranks of a "fake" group; DeviceMesh skips device setup) takes the path the real job takes.
 
+Barriers: `dist.barrier()` reaches the recorder as `c10d::barrier` (recorded as a collective of
+its group although torch gives a fake group a CPU token tensor). `monitored_barrier`, which torch
+runs only on gloo groups through gloo's own send/recv protocol, becomes that same barrier after
+torch's own checks. (torch 2.13's `destroy_process_group` issues no barrier, so none is recorded.)
+
 DDP needs three patches on top (each is a place where DDP reads real data or CUDA timers):
   1. `_verify_param_shape_across_processes` reads parameter data -> skipped;
   2. the C++ reducer's built-in allreduce hook expects a value in the Work's future, which the
@@ -115,6 +120,7 @@ def install(rank: int, world_size: int, recorder=None, real: bool = False) -> No
     dist.init_process_group = init_process_group
     if not real:
         _patch_get_backend()
+        _patch_monitored_barrier()
         _patch_ddp()
     global _recorder
     _recorder = recorder
@@ -146,6 +152,24 @@ def _patch_get_backend() -> None:
     get_backend._maya = True
     c10d.get_backend = get_backend
     dist.get_backend = get_backend
+
+
+def _patch_monitored_barrier() -> None:
+    """`monitored_barrier` on the fake group: torch's checks (members only, gloo groups only), then a barrier."""
+    if getattr(c10d.monitored_barrier, "_maya", False):
+        return
+
+    @functools.wraps(c10d.monitored_barrier)
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False):
+        if c10d._rank_not_in_group(group):
+            return None
+        if c10d.get_backend(group) != dist.Backend.GLOO:
+            raise ValueError("monitored_barrier is only implemented for GLOO backend.")
+        return c10d.barrier(group)
+
+    monitored_barrier._maya = True
+    c10d.monitored_barrier = monitored_barrier
+    dist.monitored_barrier = monitored_barrier
 
 
 def _patch_work_wait(recorder) -> None:

@@ -134,6 +134,20 @@ def load_model(name: str):
     return _load_pyfunc(mlflow, str(local)), f"models:/{name}@{settings.CHAMPION_ALIAS} v{mv.version}"
 
 
+def predictors_available(spec: GPUSpec) -> str | None:
+    """None when `spec` has both predictors (a champion in the registry or a cached copy), else what to do
+    about it. Cheap (no model is loaded): `maya predict` asks before it spends minutes emulating."""
+    mlflow = settings.configured_mlflow()
+    missing = []
+    for name in (settings.kernel_model_name(spec.key), settings.collective_model_name(spec.key)):
+        try:
+            mlflow.MlflowClient().get_model_version_by_alias(name, settings.CHAMPION_ALIAS)
+        except Exception:  # noqa: BLE001 - unreachable registry or no such model/alias: a cached copy will do
+            if not _cached_versions(name):
+                missing.append(name)
+    return f"{', '.join(missing)}: " + how_to_get_predictors(spec.key) if missing else None
+
+
 def registry_predictors(spec: GPUSpec) -> tuple[RegistryPredictor, RegistryPredictor]:
     """(kernel predictor, collective predictor) for `spec`; NoPredictorError if either is not registered."""
     names = settings.kernel_model_name(spec.key), settings.collective_model_name(spec.key)

@@ -6,7 +6,8 @@ With rank deduplication (the default) only the ranks that do distinct work run
 traceback when the program fails (not ours), an OOM report with the allocator's message when
 the target GPU would run out of memory, and `OUT/emulation.json` (`EmulationSummary`) next to
 the traces. A previous run's outputs in the same OUT are cleared first, so a trace folder never
-mixes two runs.
+mixes two runs. Ctrl-C or SIGTERM stops the workers (each writes its partial trace), and the
+emulation.json written then says `interrupted: true, complete: false`.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from emulator.launch.job import EmulationJob
+from emulator.launch.job import BadJob, EmulationJob
 from emulator.launch.merge import merge, report
-from emulator.launch.pool import PROBE_EXCHANGE_TIMEOUT_S, RankRunner
+from emulator.launch.pool import PROBE_EXCHANGE_TIMEOUT_S, RankRunner, interrupts
 from emulator.launch.roles import deduplicate, exchange_units
 from emulator.trace.io import write_summary
 from emulator.trace.layout import EMULATION_JSON, EXCHANGE_DIR, PREDICTION_JSON, RANK_FOLDERS, TIMELINE_JSON
@@ -84,17 +85,33 @@ def _console(console: Console | None) -> Console:
 
 def launch(job: EmulationJob, dedup: bool, jobs: int | None, verify: int, console: Console | None,
            mode: str) -> EmulationSummary:
-    """Run the job's ranks (deduplicated unless `dedup` is off or it is a profile), merge, write, report."""
+    """Run the job's ranks (deduplicated unless `dedup` is off or it is a profile), merge, write, report.
+    Raises BadJob, before anything is written, when the job cannot run as given."""
     console = _console(console)
     problem = job.problem()
     if problem:
-        console.print(f"[red]{problem}[/red]")
-        return EmulationSummary(mode=mode, ok=False, error=problem, gpu=job.gpu)
+        raise BadJob(problem)
     job.out.mkdir(parents=True, exist_ok=True)
     clear_outputs(job.out)
     t0 = time.perf_counter()
-    world = job.world_size
     runner = RankRunner(job, jobs or os.cpu_count() or 1, console, all_at_once=job.profile)
+    interrupted = False
+    try:
+        with interrupts():
+            rank_map, dedup_info = _run_ranks(job, runner, dedup, verify, console)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the pool stopped the workers; say so in emulation.json
+        interrupted = True
+        rank_map, dedup_info = {r: r for r in runner.runs}, None
+    summary = merge(job, runner.runs, rank_map, time.perf_counter() - t0, mode, dedup_info, interrupted)
+    write_summary(job.out, summary)
+    report(summary, console)
+    return summary
+
+
+def _run_ranks(job: EmulationJob, runner: RankRunner, dedup: bool, verify: int,
+               console: Console) -> tuple[dict[int, int], dict | None]:
+    """Run the ranks the job needs: (every rank -> the emulated rank whose trace it shares, dedup details)."""
+    world = job.world_size
     dedup_info = None
     if dedup and world > 1 and not job.profile:
         user_timeout = "MAYA_EXCHANGE_TIMEOUT_S" in os.environ
@@ -127,7 +144,4 @@ def launch(job: EmulationJob, dedup: bool, jobs: int | None, verify: int, consol
             runner.restart_side_by_side(probe_timeout_set=True)
             runner(list(range(world)))
         rank_map = {r: r for r in range(world)}
-    summary = merge(job, runner.runs, rank_map, time.perf_counter() - t0, mode, dedup_info)
-    write_summary(job.out, summary)
-    report(summary, console)
-    return summary
+    return rank_map, dedup_info

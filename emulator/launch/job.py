@@ -10,6 +10,10 @@ from pathlib import Path
 WORKER = [sys.executable, "-m", "emulator.launch.worker"]
 
 
+class BadJob(ValueError):
+    """The job cannot run as given (a missing script, a world of no ranks); nothing was started or written."""
+
+
 @dataclass
 class EmulationJob:
     """One `maya emulate` / `maya profile` run: the program, the target and the ranks."""

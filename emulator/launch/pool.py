@@ -3,12 +3,19 @@
 Each emulated rank is one `python -m emulator.launch.worker` process (a rank must be its own
 process: the fake device, the recording process group and the program's globals are per
 process), with torchrun's environment for its rank and its output in `OUT/logs/rank=R.log`.
+
+Interrupts: under `interrupts()`, SIGTERM reaches the launcher as KeyboardInterrupt, like Ctrl-C.
+Either way the pool stops its running workers with SIGTERM (each writes its partial trace,
+marked interrupted), waits for them (SIGKILL after STOP_GRACE_S) and re-raises, so the launcher
+can write an emulation.json that says the run was interrupted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -29,6 +36,7 @@ from emulator.trace.summaries import RankSummary, SummaryError
 # emulator.distributed.objects); short, because the launcher then re-runs the ranks together.
 PROBE_EXCHANGE_TIMEOUT_S = 10
 _EXCHANGE_CHANNEL = re.compile(r"ObjectExchangeTimeout.*?\((?:p2p|bcast|ag)\.([^.\s]+)\.", re.S)
+STOP_GRACE_S = 20  # how long a stopped worker may take to write its outputs before it is killed
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                   "TORCHELASTIC_RUN_ID")
 
@@ -45,6 +53,23 @@ class RankRun:
     def ended_cleanly(self) -> bool:
         """The rank's program ran to its end, or to an OOM (whose trace still shows the rank's role)."""
         return self.returncode in (Exit.OK, Exit.OOM)
+
+
+@contextlib.contextmanager
+def interrupts():
+    """SIGTERM raises KeyboardInterrupt in this (the launcher's) process while inside, like Ctrl-C."""
+    def to_interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, to_interrupt)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def free_port() -> int:
@@ -129,12 +154,28 @@ class RankRunner:
                         bar.advance(task)
                     time.sleep(0.02)
             except BaseException:
-                for proc, _, _fh in running.values():
-                    proc.terminate()
-                for proc, _, fh in running.values():
-                    proc.wait()
-                    fh.close()
+                self._stop(running)
                 raise
+
+    def _stop(self, running: dict) -> None:
+        """Stop the running workers (SIGTERM: each writes what it recorded; SIGKILL after the grace) and
+        remember how each ended; a second Ctrl-C meanwhile does not cut this short."""
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        try:
+            for proc, _, _fh in running.values():
+                proc.terminate()
+            deadline = time.monotonic() + STOP_GRACE_S
+            for r, (proc, t0, fh) in running.items():
+                try:
+                    rc = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    rc = proc.wait()
+                fh.close()
+                self._finished(r, rc, time.perf_counter() - t0)
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
 
     def _finished(self, rank: int, rc: int, wall: float) -> None:
         try:
@@ -145,6 +186,12 @@ class RankRunner:
         if not self.runs[rank].ended_cleanly:
             self.stop = True
         self.console.print(rank_line(self.runs[rank]))
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def ranges(ranks: list[int]) -> str:
@@ -171,4 +218,17 @@ def rank_line(run: RankRun) -> str:
                 f"peak {gib(s.peak_allocated)} / {gib(s.peak_reserved)} reserved, {run.wall_s:.1f} s")
     if run.returncode == Exit.OOM:
         return f"  [red]rank {run.rank}: out of memory[/red] after {run.wall_s:.1f} s"
-    return f"  [red]rank {run.rank}: failed (exit {run.returncode})[/red] after {run.wall_s:.1f} s, log {run.log}"
+    if run.returncode == Exit.INTERRUPTED:
+        return f"  [yellow]rank {run.rank}: interrupted[/yellow] after {run.wall_s:.1f} s"
+    return (f"  [red]rank {run.rank}: failed ({how_it_ended(run.returncode)})[/red] after {run.wall_s:.1f} s, "
+            f"log {run.log}")
+
+
+def how_it_ended(returncode: int) -> str:
+    """'exit 1', or 'killed by SIGKILL' for a worker a signal ended."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit {returncode}"

@@ -7,7 +7,8 @@ The launcher (emulator.launch.emulate) starts one worker per emulated rank. The 
      under the recorder (fake device, recording process group, emulated caching allocator),
   4. ALWAYS writes OUT/trace/rank=R/part-0.parquet and OUT/ranks/rank=R.json, even when the
      program raises (ok=false, error = the program's traceback, the trace as far as it got).
-Exit code (emulator.core.exitcodes): OK (incl. `SystemExit(0)` and a `--iterations` stop), PROGRAM_FAILED, OOM.
+Exit code (emulator.core.exitcodes): OK (incl. `SystemExit(0)` and a `--iterations` stop), PROGRAM_FAILED, OOM,
+INTERRUPTED (SIGTERM from the launcher, or Ctrl-C: the partial outputs are still written, marked so).
 
 Host time: each trace row's `host_gap_s` is the process CPU time (all threads) the program spent
 since the previous device event, less the emulator's own work; the per-rank json says so with
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -91,8 +93,21 @@ def write_setup_failure(ns: argparse.Namespace, message: str) -> None:
                                            world_size=ns.world_size, work_hash=rows.work_hash()))
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(list(sys.argv[1:] if argv is None else argv))
+    signal.signal(signal.SIGTERM, _interrupt)  # the launcher stops ranks with SIGTERM: write what was recorded
+    try:
+        return _run(ns)
+    except KeyboardInterrupt:  # before the program started (importing torch, booting): nothing recorded yet
+        print("maya worker: interrupted before the program started", file=sys.stderr)
+        return Exit.INTERRUPTED
+
+
+def _run(ns: argparse.Namespace) -> int:
     set_torchrun_env(ns)
     from emulator.core.hardware import UnknownGPUError, get_gpu
     from emulator.core.variants import GPUVariantError, variant_from_table

@@ -9,7 +9,12 @@ FSDP2 frees and re-grows parameter storages with `untyped_storage().resize_()`, 
 aten op, so `UntypedStorage.resize_` is wrapped.
 
 When the allocator cannot fit a request, the script gets `torch.cuda.OutOfMemoryError` with the
-real allocator's message, exactly where a GPU would have raised it; the rank is marked OOM.
+real allocator's message, exactly where a GPU would have raised it, and the failed request takes
+nothing (the allocator first releases its fully free cached segments, as CUDA's does). Every OOM is
+counted here; whether it ended the rank or the program caught it and went on (a retry with a
+smaller batch) is the session's to say. The recorder makes sure the exception does not keep the
+program's tensors alive (see `Recorder.__torch_dispatch__`), so after `except OutOfMemoryError`
+a `del` frees their blocks at once, as on a GPU.
 """
 
 from __future__ import annotations
@@ -40,17 +45,17 @@ class DeviceMemory:
         self._figures, self._set_peaks, self._stats = fns["figures"], fns["set_peaks"], fns["stats"]
         self._empty_cache, self._reset_peak = fns["empty_cache"], fns["reset_peak"]
         self.enforce = enforce
-        self.oom = False
-        self.oom_message: str | None = None
+        self.ooms = 0  # requests that did not fit, caught by the program or not
+        self.oom_message: str | None = None  # the last one's
         self._orig_resize = None
         # CPU time of storage resizes, which run inside the program's code (FSDP resizes a storage):
         # emulator work that the recorder excludes from host gaps
         self.overhead_s = 0.0
 
     def _out_of_memory(self, segment: int) -> None:
-        """A `segment`-byte cudaMalloc did not fit: the rank is OOM, and the script hears it if enforced."""
+        """A `segment`-byte cudaMalloc did not fit: counted, and the script hears it if enforced."""
         allocated, reserved, _, _ = self._figures(self._alloc)
-        self.oom = True
+        self.ooms += 1
         self.oom_message = oom_message(segment, self.capacity, reserved, allocated)
         if self.enforce:
             raise torch.cuda.OutOfMemoryError(self.oom_message)

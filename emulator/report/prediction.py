@@ -18,6 +18,10 @@ Definitions behind the numbers:
   parallel) are each counted, so pass `--tokens-per-iteration` for those layouts;
   `tokens_source` says which rule applied. null when neither gives a number.
 - cost: iteration_time_s x world_size x price per GPU-hour / 3600.
+- cuda_event_timings: for each pair of `torch.cuda.Event`s the program timed with `elapsed_time`
+  (which reads a placeholder during emulation), the simulated milliseconds between them on rank 0.
+- notes: what the user should know that does not make the prediction wrong, e.g. OOMs the
+  program caught and recovered from (`oom` is only for an OOM that ended a rank).
 """
 
 from __future__ import annotations
@@ -162,6 +166,8 @@ class Prediction:
     emulation_failed: dict | None = None  # {rank, error}: the trace stops where the program failed
     warning: str | None = None
     gpu_variant: dict | None = None  # a variant of a known part: its base and what differs (emulator.core.variants)
+    notes: list[str] = field(default_factory=list)
+    cuda_event_timings: list[dict] = field(default_factory=list)  # emulator.simulate.cuda_events
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -232,4 +238,16 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
         pred.emulation_failed = dict(rank=summary.failed_rank, error=err[-1] if err else None)
     if not summary.complete and not pred.oom:
         pred.warning = "the emulation did not complete; the trace may miss work"
+    pred.notes = notes(summary)
     return pred
+
+
+def notes(summary: EmulationSummary) -> list[str]:
+    """Things the run did that the numbers already account for, said once."""
+    out = []
+    if summary.ooms_caught:
+        ranks = sorted(int(r) for r in summary.ooms_caught)
+        total = sum(summary.ooms_caught.values())
+        out.append(f"the program caught {total} torch.cuda.OutOfMemoryError on rank(s) {ranks} and went on; "
+                   "the memory figures are those of the run that continued")
+    return out

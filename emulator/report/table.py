@@ -83,6 +83,12 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     c.print(t)
     if pred.get("warning"):
         c.print(f"[yellow]warning: {pred['warning']}[/yellow]")
+    for t in pred.get("cuda_event_timings") or []:
+        c.print(f"torch.cuda.Event timing the program read (event {t['start_event']} -> {t['end_event']}): "
+                f"{t['median_ms']:.3f} ms simulated (median of {t['reads']} reads; the program saw a placeholder)",
+                highlight=False)
+    for note in pred.get("notes") or []:
+        c.print(f"note: {note}", highlight=False)
     if out_dir is not None:
         c.print(f"prediction: {out_dir}/prediction.json" + (f", timeline: {out_dir}/timeline.json (open in "
                                                             "https://ui.perfetto.dev)" if pred.get("timeline") else ""))

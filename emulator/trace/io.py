@@ -1,7 +1,8 @@
 """Reading and writing an output folder's traces and summaries (paths in `emulator.trace.layout`).
 
 Every write is atomic (a temp file renamed over the target): a reader sees the old file or the
-new one, never a partial one. Reads check what they read and name the file when it is wrong.
+new one, never a partial one. Reads check what they read and name the file when it is wrong: a
+truncated or foreign file is a `DamagedFile` (one line for the user), never a pyarrow traceback.
 """
 
 from __future__ import annotations
@@ -17,14 +18,23 @@ from emulator.trace.layout import EMULATION_JSON, emulated_ranks, rank_summary_p
 from emulator.trace.schema import FILE_SCHEMA, check_schema, conform
 from emulator.trace.summaries import EmulationSummary, RankSummary
 
+_RERUN = "re-run `maya emulate` into this folder"
+
+
+class DamagedFile(ValueError):
+    """A file of an output folder that cannot be read as what it should be (truncated, not JSON, not Parquet)."""
+
 
 def write_json(path: Path, obj: dict) -> None:
     atomic_write_bytes(Path(path), json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
 
 
 def read_json(path: Path) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DamagedFile(f"{path}: not valid JSON ({e}); the file is truncated or damaged, {_RERUN}") from None
 
 
 def write_rank_trace(out: Path, rank: int, table: pa.Table) -> Path:
@@ -37,9 +47,22 @@ def write_rank_trace(out: Path, rank: int, table: pa.Table) -> Path:
 def read_rank_trace(out: Path, rank: int) -> pa.Table:
     """One rank's trace as TRACE_SCHEMA (the rank column first; a version-1 file upgraded)."""
     path = rank_trace_path(out, rank)
-    table = pq.read_table(path, partitioning=None)
+    try:
+        table = pq.read_table(path, partitioning=None)
+    except FileNotFoundError:
+        raise DamagedFile(f"{path}: no such file, although its rank's folder is there; {_RERUN}") from None
+    except (pa.ArrowException, OSError) as e:
+        raise DamagedFile(f"{path}: not a readable Parquet file ({type(e).__name__}: {_first_line(e)}); "
+                          f"the file is truncated or damaged, {_RERUN}") from None
     check_schema(table.schema, str(path))
-    return conform(table, rank)
+    try:
+        return conform(table, rank)
+    except (pa.ArrowException, TypeError) as e:
+        raise DamagedFile(f"{path}: a column has the wrong type ({_first_line(e)}); {_RERUN}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0]
 
 
 def read_traces(out: Path) -> dict[int, pa.Table]:

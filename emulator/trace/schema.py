@@ -25,6 +25,8 @@ READABLE_VERSIONS = (1, 2)
 KINDS = ("kernel", "collective", "p2p", "memcpy", "memset", "event_record", "event_wait",
          "stream_sync", "device_sync", "marker")
 PHASES = ("forward", "backward", "optimizer", "other")
+# A marker row: the program read `torch.cuda.Event.elapsed_time` (args: the start and end event ids).
+ELAPSED_TIME_MARKER = "cuda::event_elapsed_time"
 DEVICE_KINDS = frozenset({"kernel", "memset", "memcpy"})  # rows that run on a stream of the device
 COMM_KINDS = frozenset({"collective", "p2p"})
 

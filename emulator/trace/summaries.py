@@ -4,25 +4,70 @@
     EmulationSummary   OUT/emulation.json     written by the launcher from the rank summaries (emulator.launch)
 
 Each is written in one place and read back through `from_json`, which takes the keys it knows
-(an older file's missing keys get their defaults) and refuses a schema version it cannot read.
-The JSON keys are a contract: tools outside maya read these files.
+(an older file's missing keys get their defaults), refuses a schema version it cannot read and a
+value of the wrong type (a hand-edited or foreign file fails here, naming the key, rather than
+deep inside a simulation). The JSON keys are a contract: tools outside maya read these files.
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
+
+from emulator.core.exitcodes import Exit, outcome
 
 EMULATION_SCHEMA_VERSION = 2
 READABLE_EMULATION_VERSIONS = (1, 2)
 
 
 class SummaryError(ValueError):
-    """A summary file maya cannot read (another schema version, not a JSON object)."""
+    """A summary file maya cannot read (another schema version, not a JSON object, a value of the wrong type)."""
 
 
-def _known(cls, data: dict) -> dict:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
+class InterruptedEmulation(SummaryError):
+    """The folder's emulation was stopped by Ctrl-C / SIGTERM: its traces are partial, nothing to simulate."""
+
+
+def _known(cls, data: dict, where: str) -> dict:
+    """The keys of `data` that `cls` has, each checked against its field's type."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        if f.name in data:
+            value = data[f.name]
+            if not _conforms(value, hints[f.name]):
+                raise SummaryError(f"{where}: {f.name!r} is {value!r:.60}, not {_type_name(hints[f.name])}")
+            out[f.name] = value
+    return out
+
+
+def _conforms(value, tp) -> bool:
+    """`value` (parsed JSON) fits the annotation `tp` (a float may be written as an int)."""
+    if tp is typing.Any:
+        return True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if (origin or tp) is list:
+        return isinstance(value, list) and (not args or all(_conforms(v, args[0]) for v in value))
+    if (origin or tp) is dict:
+        return isinstance(value, dict) and (not args or all(_conforms(v, args[1]) for v in value.values()))
+    return True
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) if not typing.get_args(tp) else str(tp)
 
 
 @dataclass
@@ -32,8 +77,10 @@ class RankSummary:
     rank: int
     ok: bool = False
     error: str | None = None  # the program's traceback when it failed
-    oom: bool = False
-    oom_message: str | None = None
+    oom: bool = False  # an OOM ended the rank (the program did not catch it)
+    oom_message: str | None = None  # the allocator's message of the last OOM, caught or not
+    ooms_caught: int = 0  # torch.cuda.OutOfMemoryError the program caught and went on from
+    interrupted: bool = False  # stopped by SIGTERM / Ctrl-C: the trace is partial
     setup_failed: bool = False  # the emulator could not start (unknown GPU, device build failed)
     mode: str | None = None  # emulate | cpu | profile | time
     gpu: str | None = None
@@ -70,7 +117,7 @@ class RankSummary:
     def from_json(cls, data: dict) -> RankSummary:
         if not isinstance(data, dict) or "rank" not in data:
             raise SummaryError("a rank summary must be a JSON object with a 'rank'")
-        return cls(**_known(cls, data))
+        return cls(**_known(cls, data, f"rank summary {data['rank']!r}"))
 
 
 @dataclass
@@ -98,9 +145,10 @@ class EmulationSummary:
     host_speed_by_rank: dict[str, list[float]] = field(default_factory=dict)  # RankSummary.host_speed_by_iteration
     peak_allocated_bytes: dict[str, int] = field(default_factory=dict)  # rank (as a string) -> bytes
     peak_reserved_bytes: dict[str, int] = field(default_factory=dict)
-    oom: bool = False
+    oom: bool = False  # an OOM ended some rank
     oom_ranks: list[int] = field(default_factory=list)
     oom_message: str | None = None
+    ooms_caught: dict[str, int] = field(default_factory=dict)  # rank -> OOMs the program caught and went on from
     unsupported_ops: dict[str, int] = field(default_factory=dict)
     placeholders: dict[str, int] = field(default_factory=dict)
     emulation_wall_s: float = 0.0
@@ -125,7 +173,11 @@ class EmulationSummary:
         if version not in READABLE_EMULATION_VERSIONS:
             raise SummaryError(f"{where}: schema version {version!r}, this maya reads versions "
                                f"{list(READABLE_EMULATION_VERSIONS)}; re-run `maya emulate` with this version")
-        return cls(**_known(cls, data))
+        return cls(**_known(cls, data, where))
+
+    def outcome(self) -> Exit:
+        """The exit code of the run this summary describes (emulator.core.exitcodes)."""
+        return outcome(interrupted=self.interrupted, oom=self.oom, failed=not (self.ok and self.complete))
 
     def representative(self, rank: int) -> int:
         """The emulated rank whose trace `rank` uses (itself when it was emulated)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -176,6 +177,10 @@ def main(argv=None) -> int:
     except DeviceMismatch as e:
         print(f"error: {e}", flush=True)
         return 3
+    except KeyboardInterrupt:  # the chunk being measured is dropped; the written ones are whole and kept
+        print(f"interrupted: the chunks written so far are in the warehouse; rerun with --run-id {a.run_id} to "
+              "resume", file=sys.stderr, flush=True)
+        return 130
     common.emit_summary(summary, a.summary)
     return 0
 

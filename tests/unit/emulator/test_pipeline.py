@@ -84,7 +84,7 @@ def test_cli_simulate_and_hang_exit_codes(tmp_path):
         tables[r] = b.table()
     hung = write_job(tmp_path / "hung", tables)
     res = runner.invoke(app, ["simulate", str(hung), "--roofline-only"])
-    assert res.exit_code == 1
+    assert res.exit_code == 4  # Exit.HANG
     assert "would hang" in res.output and "never by ranks [1]" in res.output
     pred = json.loads((hung / "prediction.json").read_text())
     assert pred["iteration_time_s"] is None and pred["hang"]["issues"][0]["missing"] == [1]

@@ -6,6 +6,7 @@ import textwrap
 import pytest
 
 from emulator.launch.emulate import run_emulation
+from emulator.launch.job import BadJob
 from emulator.trace.io import emulated_ranks, read_summary
 
 FAKE_WORKER = textwrap.dedent('''
@@ -150,8 +151,7 @@ def test_stale_outputs_of_a_previous_run_are_cleared(tmp_path, script, worker):
     assert keep.read_text() == "mine" and keep_log.read_text() == "mine too"
 
 
-def test_bad_input_is_a_clear_error(tmp_path, worker, capsys):
-    s = emulate(str(tmp_path / "missing.py"), worker, tmp_path / "out")
-    assert not s.ok and "no such script" in s.error
-    assert "no such script" in capsys.readouterr().err
-    assert not (tmp_path / "out" / "emulation.json").exists()
+def test_bad_input_is_a_clear_error(tmp_path, worker):
+    with pytest.raises(BadJob, match="no such script"):
+        emulate(str(tmp_path / "missing.py"), worker, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

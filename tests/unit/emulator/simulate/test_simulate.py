@@ -220,3 +220,23 @@ def test_a_steady_iteration_is_never_shorter_than_its_host_work():
     assert tm.iteration_time_s == pytest.approx(host_per_iteration, rel=1e-6)
     bd = tm.breakdown_s
     assert bd["compute"] + bd["exposed_communication"] + bd["idle"] == pytest.approx(tm.iteration_time_s, rel=1e-6)
+
+
+def test_a_barrier_holds_every_member_until_the_last_arrives():
+    tables = {}
+    for r in range(2):
+        b = TraceBuilder(r)
+        if r == 0:
+            b.mm(8192, 8192, 8192)  # rank 0 is busy; rank 1 reaches the barrier at once
+        b.wait(b.collective("c10d::barrier", "0", [0, 1], 0))
+        b.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
+        tables[r] = b.table()
+    job = collate_tables(tables, _summary(2))
+    res, _ = _run(job)
+    mm_end = res.end[0][0]
+    barrier = {r: job.ranks[r].rep.comm_rows[0] for r in range(2)}
+    after = {r: len(job.ranks[r].rep) - 1 for r in range(2)}
+    assert res.start[1][barrier[1]] >= mm_end  # rank 1 waits in the barrier for rank 0
+    assert res.end[1][barrier[1]] > res.start[1][barrier[1]]  # and the barrier itself takes time
+    assert res.start[1][after[1]] >= res.end[1][barrier[1]]
+    assert res.end[0][barrier[0]] == pytest.approx(res.end[1][barrier[1]])

@@ -1,0 +1,70 @@
+"""The `maya` command line's exit codes where nothing has to run: bad input, and saved folders re-simulated.
+
+A CI gate reads 0 only for a valid prediction (emulator.core.exitcodes). The codes of runs that start
+workers are in tests/integration/emulator/test_exit_codes.py."""
+
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from emulator.bench.synthetic import TraceBuilder, write_job
+from emulator.cli import app
+from emulator.core.exitcodes import Exit, table
+
+runner = CliRunner()
+
+
+def _folder(tmp_path, **summary):
+    tables = {}
+    for r in range(2):
+        b = TraceBuilder(r)
+        b.mm(1024, 1024, 1024)
+        b.collective("c10d::allreduce_", "0", [0, 1], 4096)
+        tables[r] = b.table()
+    return write_job(tmp_path / "out", tables, **summary)
+
+
+@pytest.mark.parametrize("command", [[], ["emulate"], ["predict"], ["simulate"], ["profile"]])
+def test_help_lists_the_exit_codes(command):
+    res = runner.invoke(app, [*command, "--help"])
+    assert res.exit_code == 0
+    for line in table().splitlines():
+        assert line in res.output
+
+
+@pytest.mark.parametrize("args", [["emulate", "missing.py"], ["predict", "--roofline-only", "missing.py"],
+                                  ["profile", "missing.py"], ["predict", "--gpu", "h900", "train.py"]])
+def test_bad_input_is_bad_input_and_writes_nothing(tmp_path, args):
+    res = runner.invoke(app, [args[0], "--out", str(tmp_path / "out"), *args[1:]])
+    assert res.exit_code == Exit.BAD_INPUT, res.output
+    assert "no such script: missing.py" in res.output or "unknown GPU 'h900'" in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_predict_without_predictors_refuses_before_emulating(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'empty.db'}")
+    monkeypatch.setenv("MAYA_MODEL_CACHE", str(tmp_path / "no-cache"))
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('an emulation started')\n")
+    t0 = time.perf_counter()
+    res = runner.invoke(app, ["predict", "--gpu", "l4", "--out", str(tmp_path / "out"), str(script)])
+    assert res.exit_code == Exit.BAD_INPUT, res.output
+    assert "no predictors registered for GPU 'l4'" in res.output and "--roofline-only" in res.output
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+    assert time.perf_counter() - t0 < 60
+
+
+def test_simulate_of_a_saved_folder_exits_as_its_run_did(tmp_path):
+    ok = _folder(tmp_path / "ok")
+    assert runner.invoke(app, ["simulate", str(ok), "--roofline-only"]).exit_code == Exit.OK
+    oom = _folder(tmp_path / "oom", ok=False, complete=False, oom=True, oom_ranks=[1])
+    res = runner.invoke(app, ["simulate", str(oom), "--roofline-only"])
+    assert res.exit_code == Exit.OOM and "OUT OF MEMORY" in res.output
+    failed = _folder(tmp_path / "failed", ok=False, complete=False, failed_rank=1, error="ValueError: bad shape")
+    res = runner.invoke(app, ["simulate", str(failed), "--roofline-only"])
+    assert res.exit_code == Exit.PROGRAM_FAILED and "the program failed during emulation on rank 1" in res.output
+    stopped = _folder(tmp_path / "stopped", ok=False, complete=False, interrupted=True)
+    res = runner.invoke(app, ["simulate", str(stopped), "--roofline-only"])
+    assert res.exit_code == Exit.INTERRUPTED and "the emulation was interrupted" in res.output
+    assert not (stopped / "prediction.json").exists()
