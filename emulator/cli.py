@@ -188,6 +188,7 @@ def search(
     out: Path = typer.Option(Path("out/search"), "--out", help="folder for the Pareto plot and search.json"),
     top: int = typer.Option(15, "--top", help="rows of the ranked table"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of the table"),
+    name: str = typer.Option(None, "--name", help="save the search under this name (the Dagster schedule reruns it)"),
 ):
     """Find the best configuration of a program by emulating its candidates (Ray Tune, CMA-ES)."""
     import json as json_module
@@ -210,6 +211,10 @@ def search(
     except (SpaceError, NoPredictorError) as e:
         c.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(Exit.BAD_INPUT) from None
+    if name:
+        from emulator.search import Store
+
+        Store().save(name, result.search_id)
     files = write_pareto(result, out / result.search_id)
     if as_json:
         print(json_module.dumps(to_json(result, files), indent=1, default=str))

@@ -41,9 +41,13 @@ EXPECTED_ERRORS = (TraceSchemaError, SummaryError, CollateError, ClusterFileErro
 def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | None = None,
                        nproc_per_node: int | None = None, cluster: Path | None = None,
                        price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
-                       timeline: bool = True, roofline_only: bool = False, write: bool = True) -> Prediction:
+                       timeline: bool = True, roofline_only: bool = False, write: bool = True,
+                       predictors=load_predictors) -> Prediction:
     """Predict iteration time, memory and cost of the emulated job in `trace_dir` on a (possibly different)
-    GPU and cluster shape. Raises the EXPECTED_ERRORS for inputs that cannot be simulated."""
+    GPU and cluster shape. Raises the EXPECTED_ERRORS for inputs that cannot be simulated.
+
+    `predictors(spec, source)` returns the (kernel, collective) predictors; a caller that predicts many
+    traces (`maya search`) passes a memoized `load_predictors` so each model is loaded once per process."""
     t0 = time.perf_counter()
     trace_dir = Path(trace_dir)
     summary = read_summary(trace_dir)
@@ -60,7 +64,7 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     cl = build_cluster(gpu_key, job.nnodes, job.nproc_per_node, file, price_per_gpu_hour)
     host = apply_host_time(job, cl.spec.key, cl.host_gap_scale if "host_gap_scale" in file else None)
     cl = replace(cl, host_gap_scale=host["scale"])
-    kernels, collectives = load_predictors(cl.spec, "roofline" if roofline_only else "registry")
+    kernels, collectives = predictors(cl.spec, "roofline" if roofline_only else "registry")
     est = tm = result = None
     if hang is None:
         est = estimate(job, cl.spec, kernels, collectives, cl.gpus_per_node, cl.learned_internode)

@@ -28,9 +28,11 @@ ENGINES = ("ray", "inline")
 
 
 def run_search(space: Space, program: Program, options: Options, store: Store | None = None,
-               console: Console | None = None, evaluate=None) -> SearchResult:
-    """Run (or resume) a search with the chosen engine; results are stored as they finish."""
-    search = Search(space, program, options, store=store, console=console, evaluate=evaluate)
+               console: Console | None = None, evaluate=None, versions=None) -> SearchResult:
+    """Run (or resume) a search with the chosen engine; results are stored as they finish. `evaluate` and
+    `versions` replace the trial runner and the predictor lookup (tests, the search-efficiency benchmark)."""
+    search = Search(space, program, options, store=store, console=console, evaluate=evaluate,
+                    **({"versions": versions} if versions else {}))
     if options.engine == "ray":
         from emulator.search.ray_engine import run_ray
 

@@ -52,6 +52,7 @@ class Options:
     engine: str = "inline"
     ray_address: str | None = None
     max_asks: int | None = None  # proposals before giving up on new ones (default 50 x budget)
+    prune: bool = True  # memory-monotone pruning (emulator.search.prune); off: every configuration runs
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -143,7 +144,7 @@ class Search:
         self.evaluate = evaluate or (lambda spec, predictors: run_trial(spec, predictors, self.store.root))
         self.id = search_id(space, program, options)
         self.searcher = make_searcher(options.algorithm, space, options.seed)
-        self.pruner = Pruner(space)
+        self.pruner = Pruner(space if options.prune else None)
         self.cache = self.store.load()
         self.entries: dict[tuple, Entry] = {}
         self.pending: set[tuple] = set()

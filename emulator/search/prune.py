@@ -35,9 +35,10 @@ class Skip(NamedTuple):
 
 
 class Pruner:
-    def __init__(self, space: Space):
+    def __init__(self, space: Space | None):
+        """`space` None: a pruner that never skips (`maya search --no-prune`)."""
         self.space = space
-        names = list(space.knobs)
+        names = list(space.knobs) if space else []
         self._mem = [(i, space.knobs[n]) for i, n in enumerate(names) if space.knobs[n].memory]
         self._other = [i for i, n in enumerate(names) if not space.knobs[n].memory]
         self._oom: dict[tuple, list[tuple[tuple, int]]] = {}

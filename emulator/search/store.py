@@ -5,6 +5,8 @@
                                   skipped / infeasible), status, reason, objective, trial key
     runs/<search id>/search.json  how to run the search again (space file text, program, options) and
                                   its last summary and answer
+    saved/<name>.json             a search saved by name (`maya search --name`) and the history of its
+                                  answers: what the Dagster schedule reruns (pipelines/search/assets.py)
     emulations/<emulation key>/   the traces, so new predictors only re-simulate
     tracebacks/<key>.txt, logs/<key>.log, clusters/<hash>.json
 
@@ -93,6 +95,28 @@ class Store:
 
     def searches(self) -> list[str]:
         return sorted(p.parent.name for p in (self.root / "runs").glob("*/search.json"))
+
+    def save(self, name: str, search_id: str) -> Path:
+        """Keep `search_id` under `name` (its answer history is kept when the name is saved again)."""
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"a search name is letters, digits, - and _, got {name!r}")
+        path = self.root / "saved" / f"{name}.json"
+        doc = json.loads(path.read_text()) if path.exists() else {"answers": []}
+        doc.update(name=name, search_id=search_id)
+        atomic_write_bytes(path, json.dumps(doc, indent=1, default=str).encode())
+        return path
+
+    def saved(self) -> dict[str, dict]:
+        return {p.stem: json.loads(p.read_text()) for p in sorted((self.root / "saved").glob("*.json"))}
+
+    def record_answer(self, name: str, answer: dict) -> dict:
+        """Append an answer to a saved search's history; returns the previous answer (None the first time)."""
+        path = self.root / "saved" / f"{name}.json"
+        doc = json.loads(path.read_text())
+        previous = doc["answers"][-1] if doc["answers"] else None
+        doc["answers"].append(answer)
+        atomic_write_bytes(path, json.dumps(doc, indent=1, default=str).encode())
+        return previous
 
 
 def create_views(warehouse: Path | None = None) -> str | None:

@@ -199,6 +199,20 @@ def run_trial(spec: TrialSpec, predictors: dict, root: Path, cores: list[int] | 
     return row
 
 
+_LOADED: dict[tuple[str, str], tuple] = {}
+
+
+def _predictors(spec, source: str):
+    """`load_predictors`, once per process for each part (with its link overrides) and source: loading an
+    MLflow model takes seconds, and a search predicts the same part hundreds of times."""
+    from emulator.estimate import load_predictors
+
+    key = (repr(spec), source)
+    if key not in _LOADED:
+        _LOADED[key] = load_predictors(spec, source)
+    return _LOADED[key]
+
+
 def _simulate(row: dict, spec: TrialSpec, out: Path, root: Path, console: Console) -> None:
     from emulator.pipeline import predict_from_trace
 
@@ -206,7 +220,7 @@ def _simulate(row: dict, spec: TrialSpec, out: Path, root: Path, console: Consol
     cfile = cluster_file(root, p.cluster)
     pred = predict_from_trace(out, gpu=p.gpu, nnodes=p.nnodes, nproc_per_node=p.nproc_per_node,
                               cluster=Path(cfile) if cfile else None, tokens_per_iteration=p.tokens_per_iteration,
-                              timeline=False, roofline_only=spec.roofline_only)
+                              timeline=False, roofline_only=spec.roofline_only, predictors=_predictors)
     per_rank = [int(x) for x in pred.peak_memory_bytes_per_rank if x is not None]
     row.update(iteration_time_s=pred.iteration_time_s, tokens_per_iteration=pred.tokens_per_iteration,
                tokens_per_s=pred.tokens_per_s, mfu=pred.mfu, peak_memory_bytes=pred.peak_memory_bytes,
