@@ -68,7 +68,10 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     est = tm = result = None
     if hang is None:
         est = estimate(job, cl.spec, kernels, collectives, cl.gpus_per_node, cl.learned_internode)
-        result = simulate(job, est.durations, cl.launch_overhead_s, synchronous=cl.spec.is_cpu)
+        # rank classes give the same times; without a timeline (whose flows need every rank's collectives)
+        # use them for any job, not only the large ones
+        result = simulate(job, est.durations, cl.launch_overhead_s, synchronous=cl.spec.is_cpu,
+                          classes=None if timeline else True)
         hang = result.hang
         if hang is None:
             tm = timing(result, cl.launch_overhead_s)
