@@ -209,7 +209,7 @@ def search(
         opts.check(script)
         result = run_search(sp, Program.of(script, module, argv), opts)
     except (SpaceError, NoPredictorError) as e:
-        c.print(f"[red]error:[/red] {e}", highlight=False)
+        c.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True, style="red")
         raise typer.Exit(Exit.BAD_INPUT) from None
     if name:
         from emulator.search import Store

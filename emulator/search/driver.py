@@ -226,7 +226,7 @@ class Search:
         self.cache[row["key"]] = row
         e = self._entry(key, "executed", row["status"], spec=proposal.spec)
         self._resolve(proposal.token, e, row)
-        self.console.print(self._progress_line(e), highlight=False)
+        self.console.print(self._progress_line(e), highlight=False, markup=False)
         self.write_run()
         return e
 

@@ -77,17 +77,17 @@ def print_report(result: SearchResult, console: Console, top: int = 15, files: d
         for e in failed[:8]:
             tb = (e.row or {}).get("traceback_path")
             console.print(f"  {_knobs(result, e)}: {e.status} — {str(e.reason)[:160]}" + (f" [{tb}]" if tb else ""),
-                          highlight=False)
-    console.print(summary_line(result), highlight=False)
+                          highlight=False, markup=False)
+    console.print(summary_line(result), highlight=False, markup=False)
     best = result.best
     if best is not None:
-        console.print(f"[bold]best:[/bold] {_knobs(result, best)} — {result.options.objective} {best.value:.4g}",
-                      highlight=False)
-        console.print(best.row.get("command") or "", highlight=False, soft_wrap=True)
+        console.print(f"best: {_knobs(result, best)} — {result.options.objective} {best.value:.4g}",
+                      highlight=False, markup=False, style="bold")
+        console.print(best.row.get("command") or "", highlight=False, soft_wrap=True, markup=False)
     else:
         console.print("[red]no configuration gave a time[/red]")
     for what, path in (files or {}).items():
-        console.print(f"{what}: {path}", highlight=False)
+        console.print(f"{what}: {path}", highlight=False, markup=False)
 
 
 def _knobs(result: SearchResult, e: Entry) -> str:

@@ -245,7 +245,14 @@ def _crash(row: dict, root: Path, key: str, text: str, out: Path, failed_rank: i
     from emulator.core.files import atomic_write_bytes
 
     path = root / "tracebacks" / f"{key}.txt"
-    extra = f"\n(rank log: {out / 'logs' / f'rank={failed_rank}.log'})\n" if failed_rank is not None else ""
+    extra = ""
+    if failed_rank is not None:  # the program's own traceback (or argparse's usage) is in its rank's log
+        rank_log = out / "logs" / f"rank={failed_rank}.log"
+        try:
+            tail = "".join(rank_log.read_text(errors="replace").splitlines(keepends=True)[-60:])
+        except OSError:
+            tail = ""
+        extra = f"\n--- the last lines of {rank_log} ---\n{tail}"
     atomic_write_bytes(path, (text + extra).encode())
     last = [ln for ln in text.strip().splitlines() if ln.strip()][-1:] or ["crash"]
     row.update(status="crash", reason=last[0][:500], traceback_path=str(path), trial_wall_s=time.perf_counter() - t0)
