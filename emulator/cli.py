@@ -189,19 +189,20 @@ def search(
     top: int = typer.Option(15, "--top", help="rows of the ranked table"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of the table"),
     name: str = typer.Option(None, "--name", help="save the search under this name (the Dagster schedule reruns it)"),
+    set_: list[str] = typer.Option(None, "--set", help="NAME=VALUE: override a constant of the space file"),
 ):
     """Find the best configuration of a program by emulating its candidates (Ray Tune, CMA-ES)."""
     import json as json_module
 
     from emulator.core.exitcodes import Exit
     from emulator.estimate.base import NoPredictorError
-    from emulator.search import Options, Program, SpaceError, load_space, run_search
+    from emulator.search import Options, Program, SpaceError, load_space, parse_overrides, run_search
     from emulator.search.report import print_report, to_json, write_pareto
 
     c = _console()
     script, module, argv = _program(script, module, args)
     try:
-        sp = load_space(space, gpus=gpus)
+        sp = load_space(space, gpus=gpus, overrides=parse_overrides(set_))
         opts = Options(objective=objective or sp.defaults.get("objective", "time"),
                        budget=budget or int(sp.defaults.get("budget", 300)),
                        algorithm=algorithm or sp.defaults.get("algorithm", "cmaes"), seed=seed, gpus=gpus,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from emulator.search.driver import Options, Search, SearchResult, run_inline
-from emulator.search.space import Space, SpaceError, load_space, parse_space
+from emulator.search.space import Space, SpaceError, load_space, parse_overrides, parse_space
 from emulator.search.store import Store, create_views
 from emulator.search.trial import Program
 
@@ -54,11 +54,12 @@ def rerun_stored(search_id: str, store: Store | None = None, console: Console | 
     opts = Options(**meta["options"])
     if engine:
         opts.engine = engine
-    space = parse_space(meta["space_text"], gpus=opts.gpus, path=meta.get("space_path") or "space")
+    space = parse_space(meta["space_text"], gpus=opts.gpus, path=meta.get("space_path") or "space",
+                        overrides=meta.get("overrides"))
     pr = meta["program"]
     program = Program.of(pr["script"], pr["module"], pr["argv"])
     return run_search(space, program, opts, store=store, console=console)
 
 
-__all__ = ["ENGINES", "Options", "Program", "SearchResult", "SpaceError", "Store", "load_space",
+__all__ = ["ENGINES", "Options", "Program", "SearchResult", "SpaceError", "Store", "load_space", "parse_overrides",
            "rerun_stored", "run_search"]

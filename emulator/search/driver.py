@@ -128,7 +128,8 @@ def objective_value(row: dict, objective: str) -> tuple[float | None, str | None
 
 def search_id(space: Space, program: Program, options: Options) -> str:
     """Stable for the same question (space, program, objective, algorithm, seed): a rerun resumes under it."""
-    ident = dict(space=space.source, script=program.script, module=program.module, argv=list(program.argv),
+    ident = dict(space=space.source, overrides=space.overrides, script=program.script, module=program.module,
+                 argv=list(program.argv),
                  gpus=options.gpus, objective=options.objective, algorithm=options.algorithm, seed=options.seed,
                  roofline_only=options.roofline_only)
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
@@ -269,6 +270,7 @@ class Search:
                 for e in sorted(self.entries.values(), key=lambda e: e.n)]
         self.store.write_run(self.id, rows)
         meta = dict(search_id=self.id, space_text=self.space.source, space_path=self.space.path,
+                    overrides=self.space.overrides,
                     program=self.program.to_json(), options=self.options.to_json(), counts=self.counts())
         if result is not None:
             best = result.best

@@ -158,6 +158,7 @@ class Space:
     points: list[tuple] | None = None  # explicit knob settings, in knob order
     source: str = ""  # the file's text (part of a stored search)
     path: str = ""
+    overrides: dict = field(default_factory=dict)  # `--set` constants
     _feasible: list | None = field(default=None, repr=False)
 
     # -- one configuration ----------------------------------------------------------------------
@@ -314,25 +315,40 @@ def _layout(gpus, nnodes, nproc_per_node, part_per_node: int) -> tuple[int, int]
 
 
 # ----------------------------------------------------------------------------- reading the file
-def load_space(path: Path | str, gpus: int | None = None) -> Space:
-    """Read and check a space file; `gpus` is `maya search --gpus`. Raises SpaceError."""
+def load_space(path: Path | str, gpus: int | None = None, overrides: dict | None = None) -> Space:
+    """Read and check a space file; `gpus` is `maya search --gpus`, `overrides` its `--set NAME=VALUE`
+    (constants). Raises SpaceError."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
         raise SpaceError(f"cannot read space file {path}: {e}") from None
-    return parse_space(text, gpus=gpus, path=str(path))
+    return parse_space(text, gpus=gpus, path=str(path), overrides=overrides)
 
 
-def parse_space(text: str, gpus: int | None = None, path: str = "space") -> Space:
+def parse_overrides(items: list[str] | None) -> dict:
+    """`--set NAME=VALUE` items as {name: value} (VALUE read as a TOML value, else as a string)."""
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise SpaceError(f"--set expects NAME=VALUE, got {item!r}")
+        try:
+            out[name.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[name.strip()] = value
+    return out
+
+
+def parse_space(text: str, gpus: int | None = None, path: str = "space", overrides: dict | None = None) -> Space:
     """Check a space file's text (see the module docstring); raises SpaceError."""
     try:
-        return _parse_space(text, gpus, path)
+        return _parse_space(text, gpus, path, overrides or {})
     except ExprError as e:
         raise SpaceError(str(e)) from None
 
 
-def _parse_space(text: str, gpus: int | None, path: str) -> Space:
+def _parse_space(text: str, gpus: int | None, path: str, overrides: dict) -> Space:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -344,6 +360,10 @@ def _parse_space(text: str, gpus: int | None, path: str) -> Space:
     if not knobs:
         raise SpaceError(f"{path}: [knobs] is empty: a search needs at least one knob")
     constants = dict(_table(data, "constants", path))
+    unknown = sorted(set(overrides) - set(constants))
+    if unknown:
+        raise SpaceError(f"{path}: --set {unknown}: only constants can be set, the space's are {sorted(constants)}")
+    constants.update(overrides)
     clash = sorted(set(constants) & set(knobs))
     if clash:
         raise SpaceError(f"{path}: {clash} are both knobs and constants")
@@ -388,7 +408,8 @@ def _parse_space(text: str, gpus: int | None, path: str) -> Space:
                          f"got {defaults['objective']!r}")
     points = _points(data.get("points"), knobs, path)
     space = Space(knobs=knobs, constants=constants, derived=derived, constraints=constraints, args=args, env=env,
-                  cluster=cluster, predict=predict, defaults=defaults, points=points, source=text, path=path)
+                  cluster=cluster, predict=predict, defaults=defaults, points=points, source=text, path=path,
+                  overrides=dict(overrides))
     _check_reach(space, path)
     feasible, rejected = space._enumerate()
     if not feasible:

@@ -135,3 +135,17 @@ checkpoint = true
     assert s.feasible() == [(2, 2, 2, True), (8, 1, 1, True)]
     with pytest.raises(Infeasible, match="listed points"):
         s.check({"tp": 1, "pp": 1, "micro_batch": 1, "checkpoint": True})
+
+
+def test_the_example_space_files_parse_and_set_overrides_constants():
+    from emulator.search.space import load_space, parse_overrides
+    from tests.paths import EXAMPLES
+
+    sizes = {f: len(load_space(EXAMPLES / "search" / f"{f}.toml").feasible()) for f in ("megatron", "fsdp2",
+                                                                                       "efficiency")}
+    assert sizes["efficiency"] >= 1000 and sizes["megatron"] > 100 and sizes["fsdp2"] > 10
+    small = load_space(EXAMPLES / "search" / "megatron.toml", overrides=parse_overrides(["layers=2", "hidden=128"]))
+    plan = small.plan(small.check(dict(zip(small.knobs, small.feasible()[0], strict=True))))
+    assert plan.argv[:4] == ["--layers", "2", "--hidden", "128"]
+    with pytest.raises(SpaceError, match="only constants can be set"):
+        load_space(EXAMPLES / "search" / "megatron.toml", overrides={"tp": 2})
