@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 GPU     ?= cpu
 export MAYA_WAREHOUSE ?= $(CURDIR)/warehouse
 
-.PHONY: setup test test-fast lint demo calibrate dagster mlflow bench validate evaluate clean
+.PHONY: setup test test-fast lint demo calibrate dagster mlflow bench validate evaluate search-eval clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -51,6 +51,10 @@ validate: $(STAMP)       ## prediction error against real CPU runs and published
 	@# llm-analysis (a baseline) needs only `fire` at run time; its declared pins would pull transformers 4.31
 	$(BIN)/pip install -q --no-deps "llm-analysis==0.2.2" "fire>=0.5" "termcolor>=2" || echo "llm-analysis baseline unavailable"
 	$(BIN)/python -m pipelines.validation $(ARGS)
+
+search-eval: $(STAMP)    ## maya search vs measured optima (vTrain groups) and search efficiency; hours on 2 cores, cached
+	$(BIN)/pip install -q --no-deps "llm-analysis==0.2.2" "fire>=0.5" "termcolor>=2" || echo "llm-analysis baseline unavailable"
+	$(BIN)/python -m pipelines.search $(ARGS)
 
 evaluate: $(STAMP)       ## predictor accuracy on held-out shapes and the unseen-GPU holdout
 	$(BIN)/python -m maya_models.evaluate

@@ -222,6 +222,63 @@ def predict(
         roofline_only))[1])
 
 
+@app.command(context_settings=_PASSTHROUGH)
+def search(
+    script: str = typer.Argument(None),
+    args: list[str] = typer.Argument(None),
+    module: str = typer.Option(None, "-m"),
+    space: Path = typer.Option(..., "--space", help="search-space file (TOML; format in the README)"),
+    gpus: int = typer.Option(None, "--gpus", help="GPUs of the job (the space's `gpus`)"),
+    objective: str = typer.Option(None, "--objective",
+                                  help="time | cost | cost-per-token (default: the space file's, else time)"),
+    budget: int = typer.Option(None, "--budget", help="configurations to evaluate (executed + cached; default 300)"),
+    algorithm: str = typer.Option(None, "--algorithm", help="grid | random | cmaes (default cmaes)"),
+    seed: int = typer.Option(0, "--seed"),
+    workers: int = typer.Option(1, "--workers", help="trials at once, each on its own share of the cores"),
+    engine: str = typer.Option("ray", "--engine", help="ray (Ray Tune) | inline (trials one by one, no Ray)"),
+    ray_address: str = typer.Option(None, "--ray-address", help="run trials on this Ray cluster"),
+    roofline_only: bool = typer.Option(False, "--roofline-only"),
+    out: Path = typer.Option(Path("out/search"), "--out", help="folder for the Pareto plot and search.json"),
+    top: int = typer.Option(15, "--top", help="rows of the ranked table"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of the table"),
+    name: str = typer.Option(None, "--name", help="save the search under this name (the Dagster schedule reruns it)"),
+    set_: list[str] = typer.Option(None, "--set", help="NAME=VALUE: override a constant of the space file"),
+):
+    """Find the best configuration of a program by emulating its candidates (Ray Tune, CMA-ES)."""
+    import json as json_module
+
+    from emulator.core.exitcodes import Exit
+    from emulator.estimate.base import NoPredictorError
+    from emulator.search import Options, Program, SpaceError, load_space, parse_overrides, run_search
+    from emulator.search.report import print_report, to_json, write_pareto
+
+    c = _console()
+    script, module, argv = _program(script, module, args)
+    try:
+        sp = load_space(space, gpus=gpus, overrides=parse_overrides(set_))
+        opts = Options(objective=objective or sp.defaults.get("objective", "time"),
+                       budget=budget or int(sp.defaults.get("budget", 300)),
+                       algorithm=algorithm or sp.defaults.get("algorithm", "cmaes"), seed=seed, gpus=gpus,
+                       roofline_only=roofline_only, workers=workers, engine=engine, ray_address=ray_address)
+        opts.check(script)
+        result = run_search(sp, Program.of(script, module, argv), opts)
+    except (SpaceError, NoPredictorError) as e:
+        c.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True, style="red")
+        raise typer.Exit(Exit.BAD_INPUT) from None
+    if name:
+        from emulator.search import Store
+
+        Store().save(name, result.search_id)
+    files = write_pareto(result, out / result.search_id)
+    if as_json:
+        print(json_module.dumps(to_json(result, files), indent=1, default=str))
+    else:
+        print_report(result, c, top=top, files=files)
+    if result.interrupted:
+        raise typer.Exit(Exit.INTERRUPTED)
+    raise typer.Exit(Exit.OK if result.best is not None else Exit.PROGRAM_FAILED)
+
+
 @app.command()
 def calibrate(
     gpu: str = typer.Option(..., help="the part to calibrate; must be the local device (or 'cpu')"),

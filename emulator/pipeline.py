@@ -46,12 +46,14 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
                        nproc_per_node: int | None = None, cluster: Path | None = None,
                        price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
                        timeline: bool = True, roofline_only: bool = False, write: bool = True,
-                       gpu_spec: Path | None = None) -> Prediction:
+                       gpu_spec: Path | None = None, predictors=load_predictors) -> Prediction:
     """Predict iteration time, memory and cost of the emulated job in `trace_dir` on a (possibly different)
     GPU and cluster shape. Raises the EXPECTED_ERRORS for inputs that cannot be simulated.
 
     The part: `gpu`, else the variant of `gpu_spec` (a `[gpu]` file), else the cluster file's, else the
-    emulated one (a variant the emulation ran on is registered again from emulation.json)."""
+    emulated one (a variant the emulation ran on is registered again from emulation.json).
+    `predictors(spec, source)` returns the (kernel, collective) predictors; a caller that predicts many
+    traces (`maya search`) passes a memoized `load_predictors` so each model is loaded once per process."""
     t0 = time.perf_counter()
     trace_dir = Path(trace_dir)
     if write and (trace_dir / EMULATION_JSON).exists():  # only in maya's own folders
@@ -78,11 +80,14 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     cl = build_cluster(gpu_key, job.nnodes, job.nproc_per_node, file, price_per_gpu_hour)
     host = apply_host_time(job, cl.spec.key, cl.host_gap_scale if "host_gap_scale" in file else None)
     cl = replace(cl, host_gap_scale=host["scale"])
-    kernels, collectives = load_predictors(cl.spec, "roofline" if roofline_only else "registry")
+    kernels, collectives = predictors(cl.spec, "roofline" if roofline_only else "registry")
     est = tm = result = None
     if hang is None:
         est = estimate(job, cl.spec, kernels, collectives, cl.gpus_per_node, cl.learned_internode)
-        result = simulate(job, est.durations, cl.launch_overhead_s, synchronous=cl.spec.is_cpu)
+        # rank classes give the same times; without a timeline (whose flows need every rank's collectives)
+        # use them for any job, not only the large ones
+        result = simulate(job, est.durations, cl.launch_overhead_s, synchronous=cl.spec.is_cpu,
+                          classes=None if timeline else True)
         hang = result.hang
         if hang is None:
             tm = timing(result, cl.launch_overhead_s)

@@ -5,6 +5,9 @@ llama3-8b preset never needs the full model in memory on one rank.
 
     torchrun --nproc-per-node 2 examples/fsdp2.py --model tiny --steps 5
     maya predict --gpu h100 --nproc-per-node 8 examples/fsdp2.py --model llama3-8b --batch-size 1
+
+`--grad-accum N` runs N micro-batches of `--batch-size` sequences per optimizer step (gradient
+accumulation; FSDP2 reduce-scatters after every micro-batch's backward, as torchtitan does).
 """
 
 import torch
@@ -15,7 +18,9 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
 def main():
-    args = parser(__doc__.splitlines()[0]).parse_args()
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    args = p.parse_args()
     device, rank, world = setup()
     cfg = model_config(args)
     torch.manual_seed(args.seed)
@@ -35,11 +40,12 @@ def main():
 
     opt = optimizer(model, args.lr)
     data = batches(cfg, args.batch_size, device, args.seed + rank)
-    log = StepLog(rank, args.log_every, world * args.batch_size * cfg.seq_len)
+    log = StepLog(rank, args.log_every, world * args.batch_size * args.grad_accum * cfg.seq_len)
     for step in range(args.steps):
-        x, y = next(data)
-        loss = loss_fn(model(x), y)
-        loss.backward()
+        for _ in range(args.grad_accum):
+            x, y = next(data)
+            loss = loss_fn(model(x), y) / args.grad_accum
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)

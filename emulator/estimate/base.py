@@ -39,15 +39,9 @@ def predict_unique(pred: Predictor, df: pd.DataFrame) -> tuple[np.ndarray, np.nd
     aligned with `df`."""
     if df.empty:
         return np.zeros(0), np.array([], dtype=object), np.zeros(0)
-    index: dict[tuple, int] = {}
-    codes = np.empty(len(df), dtype=np.int64)
-    first = []
-    for i, key in enumerate(zip(*(df[c].tolist() for c in df.columns), strict=True)):
-        code = index.get(key)
-        if code is None:
-            code = index[key] = len(first)
-            first.append(i)
-        codes[i] = code
+    # distinct rows numbered in order of first appearance (pandas hashes the columns in C)
+    codes = df.groupby(list(df.columns), sort=False, dropna=False).ngroup().to_numpy()
+    _, first = np.unique(codes, return_index=True)
     out = pred.predict(df.iloc[first].reset_index(drop=True))
     adjusted = out["adjustment_s"].to_numpy(dtype=float) if "adjustment_s" in out.columns else np.zeros(len(out))
     return (out["duration_s"].to_numpy(dtype=float)[codes], out["source"].to_numpy(dtype=object)[codes],

@@ -110,10 +110,10 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
                         s[i:i + n] == FALLBACK, a[i:i + n], rep_count[r])
             i += n
     # collectives and p2p: depend on where each rank's group sits in the cluster
-    comm_sig: dict[int, pd.DataFrame] = {}
+    comm_sig: dict[int, list[dict]] = {}
     for r, rep in job.reps.items():
         if rep.comm_rows:
-            comm_sig[r] = signature_frame(rep.table, rep.comm_rows)
+            comm_sig[r] = signature_frame(rep.table, rep.comm_rows).to_dict("records")
     keys: dict[tuple, int] = {}
     key_rows: list[dict] = []
     per_rank: list[list[int]] = []
@@ -130,7 +130,7 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
             k = (rep.rank, j, size, nn)
             if k not in keys:
                 keys[k] = len(key_rows)
-                d = comm_sig[rep.rank].iloc[j].to_dict()
+                d = dict(comm_sig[rep.rank][j])
                 d.update(collective=rep.collective[row], coll_bytes=int(rep.coll_bytes[row] or 0), group_size=size,
                          nnodes=nn, gpus_per_node=gpn)
                 key_rows.append(d)

@@ -104,7 +104,9 @@ def _cached_versions(name: str) -> list[Path]:
 
 def _load_pyfunc(mlflow, path: str):
     with QuietMlflow():
-        return mlflow.pyfunc.load_model(path)
+        # suppress_warnings also skips mlflow's scan of every installed package against the model's pip
+        # requirements (the slowest part of a load, about 10 s on a small machine) whose only output is a warning
+        return mlflow.pyfunc.load_model(path, suppress_warnings=True)
 
 
 def load_model(name: str):

@@ -26,8 +26,12 @@ def clip_spikes(ops: list[str], phases: list, modules: list, gaps: list[float]) 
     are left alone: a one-off host cost is real.
     """
     sites: dict[tuple, list[int]] = defaultdict(list)
+    paths: dict[str, str] = {}  # module path -> without layer indices (a trace has few distinct paths)
     for i, (op, ph, mod) in enumerate(zip(ops, phases, modules, strict=True)):
-        sites[(op, ph, _LAYER_INDEX.sub(".#", mod or ""))].append(i)
+        path = paths.get(mod)
+        if path is None:
+            path = paths[mod] = _LAYER_INDEX.sub(".#", mod or "")
+        sites[(op, ph, path)].append(i)
     out = list(gaps)
     for rows in sites.values():
         if len(rows) < SPIKE_MIN_SITE:

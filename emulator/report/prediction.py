@@ -30,6 +30,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
+import pyarrow as pa
 
 from emulator.collate.hangs import HangReport
 from emulator.collate.job import CollatedJob
@@ -73,23 +74,37 @@ def _steady_rows(rep, steady: list[int]) -> np.ndarray:
     return np.isin(np.asarray(rep.iteration), steady)
 
 
+def _rep_counts(job: CollatedJob) -> dict[int, int]:
+    count: dict[int, int] = {}
+    for v in job.ranks:
+        count[v.rep.rank] = count.get(v.rep.rank, 0) + 1
+    return count
+
+
 def flops_and_dtype(job: CollatedJob, steady: list[int]) -> tuple[float, str]:
     """Total kernel FLOPs of one steady iteration over all ranks, and the dtype doing most tensor-core FLOPs."""
     if not steady:
         return 0.0, "bfloat16"
-    count: dict[int, int] = {}
-    for v in job.ranks:
-        count[v.rep.rank] = count.get(v.rep.rank, 0) + 1
+    count = _rep_counts(job)
     total = 0.0
     by_dtype: dict[str, float] = {}
+    families: dict[str, bool] = {}
     for r, rep in job.reps.items():
         mask = _steady_rows(rep, steady) & np.array([k == "kernel" for k in rep.kind])
         total += float(rep.flops[mask].sum()) * count.get(r, 0)
-        dtypes = rep.table.column("dtypes").to_pylist() if "dtypes" in rep.table.column_names else None
-        for i in np.flatnonzero(mask):
-            if rep.flops[i] > 0 and op_family(rep.op[i]) in TENSOR_CORE_FAMILIES:
-                d = row_dtype(rep.op[i], dtypes[i] if dtypes else None)
-                by_dtype[d] = by_dtype.get(d, 0.0) + rep.flops[i]
+        rows = [i for i in np.flatnonzero(mask & (rep.flops > 0)).tolist()
+                if families.setdefault(rep.op[i], op_family(rep.op[i]) in TENSOR_CORE_FAMILIES)]
+        if not rows:
+            continue
+        has_dtypes = "dtypes" in rep.table.column_names
+        dtypes = rep.table.column("dtypes").take(pa.array(rows, type=pa.int64())).to_pylist() if has_dtypes else None
+        chosen: dict[tuple, str] = {}
+        for j, i in enumerate(rows):
+            dt = dtypes[j] if dtypes else None
+            key = (rep.op[i], tuple(dt) if dt else None)
+            if key not in chosen:
+                chosen[key] = row_dtype(rep.op[i], dt)
+            by_dtype[chosen[key]] = by_dtype.get(chosen[key], 0.0) + rep.flops[i]
     dtype = max(by_dtype, key=by_dtype.get) if by_dtype else "bfloat16"
     return total / len(steady), dtype
 
@@ -97,18 +112,16 @@ def flops_and_dtype(job: CollatedJob, steady: list[int]) -> tuple[float, str]:
 def infer_tokens(job: CollatedJob, steady: list[int]) -> float | None:
     if not steady:
         return None
-    count: dict[int, int] = {}
-    for v in job.ranks:
-        count[v.rep.rank] = count.get(v.rep.rank, 0) + 1
+    count = _rep_counts(job)
     total = 0.0
     for r, rep in job.reps.items():
         mask = _steady_rows(rep, steady)
-        rows = [i for i in np.flatnonzero(mask) if rep.op[i] == "aten::embedding" and rep.phase[i] == "forward"]
+        rows = [i for i in np.flatnonzero(mask).tolist()
+                if rep.op[i] == "aten::embedding" and rep.phase[i] == "forward"]
         if not rows:
             continue
-        shapes = rep.table.column("shapes").to_pylist()
-        sizes = [(numel(shapes[i][0]) if shapes[i] else 0, numel(shapes[i][1]) if shapes[i] and len(shapes[i]) > 1
-                  else 0) for i in rows]
+        shapes = rep.table.column("shapes").take(pa.array(rows, type=pa.int64())).to_pylist()
+        sizes = [(numel(sh[0]) if sh else 0, numel(sh[1]) if sh and len(sh) > 1 else 0) for sh in shapes]
         biggest = max(s[0] for s in sizes)
         total += sum(ids for table, ids in sizes if table == biggest) * count.get(r, 0)
     return total / len(steady) if total else None

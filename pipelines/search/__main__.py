@@ -1,0 +1,35 @@
+"""`python -m pipelines.search` (= `make search-eval`): maya search against measured optima, and search efficiency.
+
+Prints the regret / top-3 / Spearman table per group with the roofline-only, llm-analysis and 6N x tokens
+baselines, then evaluations-to-within-1% for cmaes, random and grid; writes both to
+`<warehouse>/search/eval/` (report.md, report.json). Every emulation and trial is cached in the
+warehouse, so a rerun only computes what is new.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+from pipelines.search.report import run_eval
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipelines.search", description=__doc__)
+    p.add_argument("--multi", default=None, help="comma-separated multi-node groups (default: those that fit here)")
+    p.add_argument("--single", type=int, default=None, help="how many single-node groups (cheapest first)")
+    p.add_argument("--only", help="only groups whose name contains this")
+    p.add_argument("--no-ranking", action="store_true", help="skip the vTrain ranking part")
+    p.add_argument("--no-efficiency", action="store_true", help="skip the search-efficiency part")
+    p.add_argument("--seeds", type=int, default=10, help="seeds per algorithm for the efficiency part")
+    a = p.parse_args(argv)
+    console = Console(width=max(Console().width, 140))
+    run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,
+             ranking=not a.no_ranking, efficiency=not a.no_efficiency, seeds=a.seeds, console=console)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

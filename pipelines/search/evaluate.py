@@ -1,0 +1,125 @@
+"""`make search-eval`, part 1: does maya's search pick the configuration that was measured fastest?
+
+For each vTrain group (one model, GPU count and global batch; its measured TP x PP x micro-batch
+layouts), `maya search` runs the group's layouts exhaustively (a space whose `[[points]]` are the
+measured layouts, `pipelines.search.groups`), every trial a `maya predict` of the Megatron-style
+validation program with the same arguments as `make validate`. The same search with
+`--roofline-only` re-simulates the same emulations with the analytical roofline; llm-analysis and
+6N x tokens (at a fixed efficiency: the same time for every layout of a group) are the analytical
+baselines. Scored per group (`pipelines.search.ranking`): top-1 regret, top-3 containment, Spearman rho.
+
+Nothing is fitted or tuned on these measurements: they are read only to score. Emulation cost grows
+with micro-batches x layers (summed over pipeline stages), so on a 2-core machine only some groups
+fit: `DEFAULT_MULTI` and the cheapest `DEFAULT_SINGLE` single-node groups with at least 5 layouts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console
+
+from emulator.core.hardware import get_gpu
+from emulator.search import Options, Program, run_search
+from emulator.search.space import parse_space
+from emulator.search.store import Store
+from pipelines.search.groups import PROGRAM, Group, cheapest_single, vtrain_groups
+from pipelines.search.ranking import scores
+from pipelines.validation.baselines import BaselineUnavailable, llm_analysis_s
+
+DEFAULT_MULTI = ("multi-3.6B-64gpu", "multi-18.4B-256gpu")
+DEFAULT_SINGLE = 6
+MIN_LAYOUTS = 5
+SIX_N_EFFICIENCY = 0.5  # 6N x tokens at half of the dense fp16 peak: any constant ranks every layout alike
+METHODS = ("maya", "roofline", "llm-analysis", "6N-tokens")
+
+
+@dataclass
+class GroupResult:
+    name: str
+    kind: str
+    gpus: int
+    layouts: int
+    measured: dict = field(default_factory=dict)  # layout -> measured s
+    predicted: dict = field(default_factory=dict)  # method -> {layout: s or None}
+    scores: dict = field(default_factory=dict)  # method -> ranking.scores
+    wall_s: float = 0.0  # the maya search (emulations included; 0 when all were cached)
+    executed: int = 0
+    cached: int = 0
+    note: str = ""
+
+    def to_json(self) -> dict:
+        key = lambda lay: "tp{}-pp{}-mb{}".format(*lay)  # noqa: E731
+        return dict(name=self.name, kind=self.kind, gpus=self.gpus, layouts=self.layouts, wall_s=self.wall_s,
+                    executed=self.executed, cached=self.cached, note=self.note, scores=self.scores,
+                    measured={key(k): v for k, v in self.measured.items()},
+                    predicted={m: {key(k): v for k, v in p.items()} for m, p in self.predicted.items()})
+
+
+def select_groups(multi: tuple[str, ...] = DEFAULT_MULTI, single: int = DEFAULT_SINGLE,
+                  only: str | None = None) -> list[Group]:
+    m = [g for g in vtrain_groups("multi") if g.name in multi]
+    s = cheapest_single([g for g in vtrain_groups("single") if len(g.measured()) >= MIN_LAYOUTS], single)
+    groups = s + m
+    return [g for g in groups if only in g.name] if only else groups
+
+
+def _search(group: Group, store: Store, roofline_only: bool, console: Console):
+    space = parse_space(group.space_toml(), path=f"vtrain:{group.name}")
+    opts = Options(objective="time", algorithm="grid", budget=len(space.feasible()), engine="inline",
+                   roofline_only=roofline_only)
+    res = run_search(space, Program.of(PROGRAM, None, []), opts, store=store, console=console)
+    return res, {e.key: (e.row or {}).get("iteration_time_s") if e.status == "ok" else None for e in res.entries}
+
+
+def _analytical(group: Group) -> tuple[dict, dict, str]:
+    llm, six, note = {}, {}, ""
+    for c in group.cases:
+        lay = group.layout(c)
+        try:
+            llm[lay] = llm_analysis_s(c.model, c.parallel, c.gpu, c.dtype, c.checkpoint)
+        except BaselineUnavailable as e:
+            llm[lay], note = None, str(e)
+        m = c.model
+        n_params = 12 * m["layers"] * m["hidden"] ** 2 + m["vocab"] * m["hidden"]
+        tokens = c.parallel["global_batch"] * m["seq"]
+        six[lay] = 6 * n_params * tokens / (c.world_size * get_gpu(c.gpu).peak_flops["float16"] * SIX_N_EFFICIENCY)
+    return llm, six, note
+
+
+def evaluate_group(group: Group, store: Store, console: Console) -> GroupResult:
+    t0 = time.perf_counter()
+    res, maya = _search(group, store, False, console)
+    wall = time.perf_counter() - t0
+    _, roof = _search(group, store, True, console)
+    llm, six, note = _analytical(group)
+    measured = group.measured()
+    out = GroupResult(name=group.name, kind=group.kind, gpus=group.first.world_size, layouts=len(measured),
+                      measured=measured, wall_s=wall, executed=res.counts["executed"], cached=res.counts["cached"],
+                      note=note)
+    for method, pred in zip(METHODS, (maya, roof, llm, six), strict=True):
+        out.predicted[method] = {k: pred.get(k) for k in measured}
+        out.scores[method] = scores(pred, measured)
+    return out
+
+
+def summarize(results: list[GroupResult]) -> dict:
+    """Per kind (single / multi) and method: median and max regret, mean top-3 containment, median rho."""
+    out: dict = {}
+    for kind in ("single", "multi"):
+        rs = [r for r in results if r.kind == kind]
+        if not rs:
+            continue
+        out[kind] = {}
+        for m in METHODS:
+            regrets = [r.scores[m]["regret"] for r in rs if r.scores[m]["regret"] is not None]
+            top3 = [r.scores[m]["top3"] for r in rs if r.scores[m]["top3"] is not None]
+            rhos = [r.scores[m]["rho"] for r in rs if r.scores[m]["rho"] is not None]
+            out[kind][m] = dict(groups=len(rs), median_regret=statistics.median(regrets) if regrets else None,
+                                max_regret=max(regrets) if regrets else None,
+                                within_2pct=sum(1 for x in regrets if x <= 0.02),
+                                top3=sum(top3) / len(top3) if top3 else None,
+                                median_rho=statistics.median(rhos) if rhos else None)
+    return out

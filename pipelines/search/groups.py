@@ -1,0 +1,102 @@
+"""vTrain's measured configurations as search groups: one group = one model, GPU count and global batch,
+its members the parallel layouts (TP, PP, micro-batch) that were measured.
+
+Rows come from the validation's loader (`pipelines.validation.holdout.load_vtrain`, evaluation only),
+so a configuration runs with exactly the program arguments `make validate` uses; the group becomes a
+search space whose `[[points]]` are its measured layouts, with the layout flags as templates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from pipelines.validation.holdout import REPO_ROOT, Case, case_work, load_vtrain
+
+KNOB_FLAGS = {"tp": "--tp", "pp": "--pp", "micro_batch": "--micro-batch"}
+ITERATIONS = 2  # emulated optimizer steps (the first is warm-up), as the validation runs them
+
+
+@dataclass
+class Group:
+    name: str
+    kind: str  # "single" | "multi"
+    cases: list[Case] = field(default_factory=list)
+
+    @property
+    def first(self) -> Case:
+        return self.cases[0]
+
+    @property
+    def work(self) -> float:
+        """Emulation cost proxy: layer-micro-batches summed over the members (see holdout.case_work)."""
+        return sum(case_work(c) for c in self.cases)
+
+    def layout(self, case: Case) -> tuple:
+        return tuple(case.parallel[k] for k in KNOB_FLAGS)
+
+    def measured(self) -> dict[tuple, float]:
+        """Measured iteration time per layout (the first row when vTrain repeats a layout)."""
+        out: dict[tuple, float] = {}
+        for c in self.cases:
+            out.setdefault(self.layout(c), c.measured_s)
+        return out
+
+    def space_toml(self) -> str:
+        """A search-space file whose points are exactly the group's measured layouts."""
+        c = self.first
+        args, i = [], 0
+        while i < len(c.args):
+            a = c.args[i]
+            knob = next((k for k, f in KNOB_FLAGS.items() if f == a), None)
+            if knob:
+                args += [a, "{" + knob + "}"]
+                i += 2
+            else:
+                args.append(a)
+                i += 1
+        args += ["--steps", str(ITERATIONS + 1)]
+        layouts = sorted(self.measured())
+        lines = ["[knobs]"]
+        for j, k in enumerate(KNOB_FLAGS):
+            lines.append(f"{k} = {{ values = {sorted({lay[j] for lay in layouts})} }}")
+        seq, gb = c.model["seq"], c.parallel["global_batch"]
+        lines += ["", "[program]", f"args = {json.dumps(args)}", "", "[cluster]", f'gpu = "{c.gpu}"',
+                  f"nnodes = {c.nnodes}", f"nproc_per_node = {c.nproc_per_node}", "", "[predict]",
+                  f"iterations = {ITERATIONS}", f"tokens_per_iteration = {gb * seq}", ""]
+        for lay in layouts:
+            lines += ["[[points]]", *(f"{k} = {v}" for k, v in zip(KNOB_FLAGS, lay, strict=True)), ""]
+        return "\n".join(lines)
+
+
+def _group_name(kind: str, c: Case) -> str:
+    m, p = c.model, c.parallel
+    if kind == "multi":
+        params = (12 * m["layers"] * m["hidden"] ** 2 + m["vocab"] * m["hidden"]) / 1e9  # vTrain's label
+        return f"multi-{params:.1f}B-{c.world_size}gpu"
+    return f"single-{c.world_size}gpu-h{m['hidden']}-L{m['layers']}-gb{p['global_batch']}"
+
+
+def vtrain_groups(kind: str) -> list[Group]:
+    """Every group of vTrain's `ground_truth_<kind>.csv`, in a stable order."""
+    groups: dict[str, Group] = {}
+    for c in load_vtrain(kind):
+        name = _group_name(kind, c)
+        groups.setdefault(name, Group(name=name, kind=kind)).cases.append(c)
+    return [groups[n] for n in sorted(groups, key=lambda n: (groups[n].first.world_size, n))]
+
+
+def cheapest_single(groups: list[Group], count: int) -> list[Group]:
+    """`count` single-node groups of least emulation work, spread round-robin over 2, 4 and 8 GPUs."""
+    by_size: dict[int, list[Group]] = {}
+    for g in sorted(groups, key=lambda g: (g.work, g.name)):
+        by_size.setdefault(g.first.world_size, []).append(g)
+    chosen: list[Group] = []
+    while len(chosen) < count and any(by_size.values()):
+        for size in sorted(by_size):
+            if by_size[size] and len(chosen) < count:
+                chosen.append(by_size[size].pop(0))
+    return chosen
+
+
+PROGRAM = str(REPO_ROOT / "examples" / "validation" / "megatron_gpt.py")

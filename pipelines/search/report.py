@@ -1,0 +1,88 @@
+"""The `make search-eval` report: both parts run, printed as tables and written to <warehouse>/search/eval/."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from emulator.core.settings import warehouse_root
+from emulator.search.store import Store
+from pipelines.search.efficiency import run_efficiency
+from pipelines.search.evaluate import DEFAULT_MULTI, DEFAULT_SINGLE, METHODS, evaluate_group, select_groups, summarize
+from pipelines.validation.holdout import HoldoutMissingError
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x, fmt=".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def ranking_table(results, summary) -> Table:
+    t = Table(title="maya search vs measured optimum (vTrain, A100): top-1 regret / top-3 / Spearman rho")
+    t.add_column("group")
+    t.add_column("layouts", justify="right")
+    for m in METHODS:
+        t.add_column(m, justify="right")
+    t.add_column("search wall", justify="right")
+    for r in results:
+        t.add_row(r.name, str(r.layouts), *(f"{_pct(r.scores[m]['regret'])} / {_num(r.scores[m]['top3'], '.0%')} / "
+                                            f"{_num(r.scores[m]['rho'])}" for m in METHODS),
+                  f"{r.wall_s / 60:.1f} min")
+    for kind, per in summary.items():
+        t.add_row(f"[bold]{kind}: median[/bold]", str(per["maya"]["groups"]),
+                  *(f"{_pct(per[m]['median_regret'])} / {_num(per[m]['top3'], '.0%')} / {_num(per[m]['median_rho'])}"
+                    for m in METHODS), "")
+    return t
+
+
+def efficiency_table(eff: dict) -> Table:
+    t = Table(title=f"evaluations to within 1% of the exhaustive optimum ({eff['size']:,}-point space, "
+                    f"budget {eff['budget']})")
+    for c in ("algorithm", "runs", "reached", "median", "best", "worst"):
+        t.add_column(c, justify="right")
+    for alg, s in eff["summary"].items():
+        t.add_row(alg, str(s["runs"]), str(s["reached"]), *(_num(s[k], ".0f") for k in ("median", "best", "worst")))
+    return t
+
+
+def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficiency: bool = True, seeds: int = 10,
+             console: Console | None = None, out_dir: Path | None = None) -> dict:
+    console = console or Console()
+    out_dir = Path(out_dir or warehouse_root() / "search" / "eval")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store = Store()
+    rep: dict = dict(started=dt.datetime.now().isoformat(timespec="seconds"), machine=platform.node(), notes=[])
+    if ranking:
+        try:
+            groups = select_groups(multi or DEFAULT_MULTI, DEFAULT_SINGLE if single is None else single, only)
+        except HoldoutMissingError as e:
+            groups = []
+            rep["notes"].append(str(e))
+        results = []
+        for g in groups:
+            console.print(f"[bold]{g.name}[/bold]: {len(g.measured())} layouts, emulation work {g.work:,.0f}")
+            results.append(evaluate_group(g, store, console))
+            rep["ranking"] = dict(groups=[r.to_json() for r in results], summary=summarize(results))
+            _write(out_dir, rep)
+        if results:
+            console.print(ranking_table(results, summarize(results)))
+    if efficiency:
+        rep["efficiency"] = run_efficiency(store, console, seeds)
+        _write(out_dir, rep)
+        console.print(efficiency_table(rep["efficiency"]))
+    rep["finished"] = dt.datetime.now().isoformat(timespec="seconds")
+    _write(out_dir, rep)
+    console.print(f"report: {out_dir / 'report.json'}")
+    return rep
+
+
+def _write(out_dir: Path, rep: dict) -> None:
+    (out_dir / "report.json").write_text(json.dumps(rep, indent=1, default=str))
