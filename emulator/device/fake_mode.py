@@ -77,6 +77,13 @@ def _unique_upper_bound(fake_mode, func, arg, sorted=True, return_inverse=False,
     return values, inverse, counts
 
 
+def _pin_memory_copy(fake_mode, func, arg, *rest, **kwargs):
+    # a fake host tensor (a fake device tensor's copy to the host) pins as a fresh fake host tensor;
+    # FakeTensorMode has no rule for it (FSDP1's CPU offload pins its sharded flat parameters)
+    with fake_mode:
+        return torch.empty_like(arg)
+
+
 def _install_placeholders() -> None:
     table = fake_impls.op_implementations_dict
     table[aten._local_scalar_dense.default] = _scalar_placeholder
@@ -84,6 +91,7 @@ def _install_placeholders() -> None:
     table[aten.nonzero.default] = _nonzero_upper_bound
     table[aten.masked_select.default] = _masked_select_upper_bound
     table[aten._unique2.default] = _unique_upper_bound
+    table[aten._pin_memory.default] = _pin_memory_copy
 
 
 def _install_foreach() -> None:
@@ -123,12 +131,55 @@ def _install_swap_fix(fake_mode: EmuFakeMode) -> None:
         module_mod.swap_tensors = swap_tensors
 
 
+def _install_data_adoption(python_dispatch) -> None:
+    """`tensor.data = fake` on a host tensor makes it that fake tensor in place, identity and autograd kept.
+
+    Why: FSDP1 moves parameters with `param.data = param.to(device)` (and DeepSpeed the same way,
+    see `_install_swap_fix`). torch's set_data copies the fake's storage, sizes and backend keys
+    but keeps the destination's (absent) Python keys, so a real CPU parameter became a plain tensor
+    on "meta" that no fake kernel saw ("Inconsistent compute device ... meta vs cuda:0"). Here it
+    takes FakeTensor's class, attributes and dispatch arrangement (`python_dispatch`, a device
+    library builtin), keeping what `.data =` promises: the same Python object, its requires_grad,
+    grad and hooks. `fake.data = fake2` also takes fake2's device, a Python attribute set_data does
+    not know of (FSDP1's CPU offload: `flat_param.data = flat_param.to("cpu")`).
+    Wraps whatever `Tensor.data` is now, so the signature cache's own wrapper
+    (`emulator.capture.fastpath.install`, which makes both tensors answer their device in Python
+    before the copy) composes with it in either order."""
+    if getattr(torch.Tensor, "_maya_data_adoption", False):
+        return
+    base = torch.Tensor.data
+
+    def set_data(self, value):
+        base.__set__(self, value)
+        if type(value) is not FakeTensor:
+            return
+        if isinstance(self, FakeTensor):
+            self.fake_device = value.fake_device
+            return
+        is_param = isinstance(self, torch.nn.Parameter)
+        for k, v in value.__dict__.items():  # fake_device, fake_mode, constant, the memos
+            if not k.startswith("_maya"):  # not the signature cache's entries (emulator.capture.fastpath)
+                self.__dict__.setdefault(k, v)
+        self.__class__ = FakeTensor  # what swap_tensors does to a Parameter in `module.to`
+        if is_param:
+            self._is_param = True  # isinstance(self, nn.Parameter) stays True (Parameter's metaclass)
+        python_dispatch(self, True)
+
+    torch.Tensor.data = property(base.__get__, set_data, doc=base.__doc__)
+    torch.Tensor._maya_data_adoption = True
+
+
 def make_fake_mode(on_placeholder: Callable[[str], None] | None = None) -> EmuFakeMode:
     """The fake mode device ops run under, with the GPU-like policies installed."""
     mode = EmuFakeMode(allow_non_fake_inputs=True)
     _install_placeholders()
     _install_foreach()
     _install_swap_fix(mode)
+    from emulator.device import boot
+
+    functions = boot.device_functions()
+    if functions is not None:
+        _install_data_adoption(functions["python_dispatch"])
     _placeholder_hook.clear()
     if on_placeholder is not None:
         _placeholder_hook.append(on_placeholder)

@@ -10,7 +10,8 @@
 // same random requests and compares every figure).
 //
 // Storages free themselves: `own` allocates a block for a fake tensor's (meta) storage and
-// gives the storage a DataPtr whose deleter returns the block to the allocator. A storage dies
+// gives the storage a DataPtr whose deleter returns the block to the allocator and whose pointer
+// is the block's emulated address (see point_at_block). A storage dies
 // exactly when the real one would release its block (its last tensor or view is gone), on
 // whichever thread drops it, so the allocator is guarded by a mutex. `resize` follows
 // `UntypedStorage.resize_` (FSDP2 frees and re-grows unsharded parameters that way).
@@ -136,6 +137,12 @@ class Allocator {
     allocated -= block->size;
     release_block(block);
     return true;
+  }
+
+  // the emulated device address of a live block (0 for handle 0: nothing allocated)
+  int64_t address(int64_t handle) const {
+    auto it = live_.find(handle);
+    return it == live_.end() ? 0 : it->second->addr;
   }
 
   void empty_cache() {
@@ -283,6 +290,19 @@ Owned* owner_of(c10::StorageImpl* s) {
   return p.get_deleter() == &release_owned ? static_cast<Owned*>(p.get_context()) : nullptr;
 }
 
+// Point an owned storage at its block's emulated address (caller holds the allocator's lock).
+// Why an address and not nullptr: libraries read `untyped_storage().data_ptr()` to tell whether
+// a storage is allocated (FSDP1's `_data_ptr_allocated` after it re-grows an unsharded flat
+// parameter, SHARD_GRAD_OP's writeback assert) and whether two tensors share memory
+// (`_same_storage`); on a GPU a live block has a distinct non-null address and a storage resized
+// to 0 has none. Nothing reads through the pointer: the storage stays a meta storage.
+void point_at_block(c10::StorageImpl* s, Owned* owned) {
+  void* ptr = reinterpret_cast<void*>(owned->allocator->address(owned->handle));
+  c10::DataPtr& old = s->_mutable_data_ptr_no_checks();
+  if (old.get_context() == owned) old.release_context();  // re-pointing: the deleter must not run
+  s->set_data_ptr_noswap(c10::DataPtr(ptr, owned, &release_owned, s->device()));
+}
+
 // ------------------------------------------------------------------ Python builtins
 // An allocator travels as a capsule; the functions take it first. Out of memory is not an
 // exception here: the call returns the size of the segment that could not be made (> 0) and the
@@ -350,12 +370,10 @@ c10::StorageImpl* storage_of(PyObject* tensor) {
 PyObject* own_storage(Allocator* a, c10::StorageImpl* s, long long nbytes, long long stream) {
   if (s == nullptr || owner_of(s) != nullptr) return PyLong_FromLong(0);
   int64_t handle = 0, failed;
-  {
-    std::lock_guard<std::mutex> guard(a->mu);
-    failed = a->try_malloc(nbytes, stream, handle);
-  }
+  std::lock_guard<std::mutex> guard(a->mu);
+  failed = a->try_malloc(nbytes, stream, handle);
   if (failed) return PyLong_FromLongLong(failed);
-  s->set_data_ptr_noswap(c10::DataPtr(nullptr, new Owned{a, handle}, &release_owned, s->device()));
+  point_at_block(s, new Owned{a, handle});
   return PyLong_FromLong(0);
 }
 
@@ -395,7 +413,9 @@ PyObject* resize(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::lock_guard<std::mutex> guard(a->mu);
   a->free(owned->handle);
   owned->handle = 0;
-  return PyLong_FromLongLong(a->try_malloc(nbytes, stream, owned->handle));
+  const int64_t failed = a->try_malloc(nbytes, stream, owned->handle);
+  point_at_block(static_cast<c10::StorageImpl*>(cdata), owned);
+  return PyLong_FromLongLong(failed);
 }
 
 // figures(alloc) -> (allocated, reserved, peak_allocated, peak_reserved)
