@@ -30,6 +30,7 @@ Modes (`Recorder.policy`):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -60,6 +61,10 @@ _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, Data
                  NotImplementedError)
 _PRIM_DEVICE = torch.ops.prim.device.default
 _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+# launches nothing; tells the caching allocator to hold a block for a stream, which the allocator
+# model does not do. FakeTensorMode has no rule for it (its Stream argument), so it stops here
+# (DeepSpeed ZeRO-3 frees parameters with `param.data.record_stream(stream)`)
+_RECORD_STREAM = torch.ops.aten.record_stream.default
 _clock = time.process_time  # host-gap clock, see the module docstring
 _MISS = object()
 
@@ -144,6 +149,9 @@ class Recorder(TorchDispatchMode):
         # real values of small device tensors whose data came from the host (read by .item() and friends)
         self.shadows = Shadows() if policy == "emulate" else None
         self.real_reads = 0  # device scalars read with their real value (see emulator.capture.shadows)
+        # emulator.distributed.objects' exchange between the ranks of this emulation (set by the session):
+        # host-known values of a broadcast travel through it (see _share_broadcast)
+        self.exchange = None
         self._measure = policy == "profile"
         self._cuda_timing = self._measure and device_type == "cuda"
 
@@ -289,6 +297,8 @@ class Recorder(TorchDispatchMode):
             self.device_queries += 1
             return args[0].fake_device
         self.crossings += 1
+        if func is _RECORD_STREAM:
+            return None
         if func is _LOCAL_SCALAR and type(args[0]) is torch.Tensor and not args[0].is_cuda:
             return func(*args)  # `.item()` of a host tensor (an optimizer's step count): no device event
         t_enter = _clock()
@@ -325,7 +335,15 @@ class Recorder(TorchDispatchMode):
                 return func(*args, **kwargs)
         if op == "aten::_local_scalar_dense":
             if args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cuda":
-                return func(*args, **kwargs)  # reading a host value: no device event
+                # reading a host value: no device event. A fake host tensor (a device tensor's
+                # `.cpu()`) reads the value its data came with, as `_scalar_read` does (DeepSpeed
+                # ZeRO-3 checks module order across ranks with `t.cpu().item()` of a broadcast)
+                known = self.shadows.value(args[0]) if self.shadows is not None \
+                    and isinstance(args[0], FakeTensor) else None
+                if known is not None:
+                    self.real_reads += 1
+                    return known.item()
+                return func(*args, **kwargs)
             return self._scalar_read(func, args, kwargs, t_enter)
         if op == "_c10d_functional::_wrap_tensor_autograd":
             # Its real kernel wraps the collective's output in an AsyncCollectiveTensor whose first
@@ -412,7 +430,8 @@ class Recorder(TorchDispatchMode):
     def _derive_values(self, func, args, kwargs, out, kind: str, keyed=None) -> None:
         """Keep real values flowing from host data (a copy to the device, ops on such tensors)."""
         if self.shadows is not None and (self.shadows.storages or kind == "memcpy"):
-            self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None)
+            self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None,
+                               resolve=kind == "memcpy")
 
     def _see_outputs(self, out, new: list | None = None) -> None:
         """Account for the outputs' device storages; `new`: just the fresh ones with their sizes, when the
@@ -581,6 +600,8 @@ class Recorder(TorchDispatchMode):
         else:
             out = self._run(func, args, kwargs, op, keyed=keyed)
         self._derive_values(func, args, kwargs, out, kind, keyed)
+        if op == "c10d::broadcast_" and self.exchange is not None and self.shadows is not None:
+            self._share_broadcast(bound, coll)
         out_shapes, out_dtypes, out_tensors = signature.outputs(out)
         if self.memory is not None:
             try:
@@ -629,6 +650,32 @@ class Recorder(TorchDispatchMode):
                                coll_bytes=info.coll_bytes, peer=info.peer, async_op=info.async_op,
                                _functional=op.startswith(("_c10d_functional::", "c10d_functional::")))
 
+    def _share_broadcast(self, bound: dict, coll: dict) -> None:
+        """A broadcast of device tensors whose values came from the host: the other ranks get the root's.
+
+        Why: programs broadcast small host-made tensors and read them back to agree across ranks
+        (DeepSpeed ZeRO-3 checks that every rank traces the same module order, with rank 0's list
+        length broadcast and `.item()`-read; seeds, data indices). Without the root's values each
+        rank read its own, and a rank that is not the root (DeepSpeed sends -1 from those) failed
+        the check a GPU run passes. The values travel as objects do (emulator.distributed.objects):
+        a rank waiting for the root tells the launcher to run the group's ranks side by side.
+        Tensors without values (activations, anything computed on the device) are left alone."""
+        tensors = bound.get("tensors") or []
+        values = [self.shadows.value(t, resolve=False) if isinstance(t, FakeTensor) else None for t in tensors]
+        ranks = coll.get("group_ranks") or []
+        if not values or any(v is None for v in values) or not ranks:
+            return
+        root = ranks[int(bound.get("root_rank", 0))]
+        channel = f"tbcast.{coll['group']}.{root}"
+        if self.rank == root:
+            self.exchange.put(channel, [v.clone() for v in values])
+            return
+        # fetched only when read: DDP broadcasts every (host-initialised) parameter at start-up, and
+        # waiting for those would make every rank of every DDP program wait for rank 0
+        fetch = self.exchange.later(channel, root)
+        for i, (t, mine) in enumerate(zip(tensors, values, strict=True)):
+            self.shadows.expect(t, functools.partial(_received, fetch, i, mine))
+
     def _maybe_memcpy(self, op, bound, kwargs):
         """Copies between host and device are memcpy rows (`memcpy::h2d` / `memcpy::d2h`)."""
         if self.policy != "emulate":
@@ -669,6 +716,14 @@ class Recorder(TorchDispatchMode):
                           placeholder=self._placeholder_now or (self.policy == "emulate" and known is None))
             self._t_last = _clock()
             return value
+
+
+def _received(fetch, i: int, mine: torch.Tensor) -> torch.Tensor:
+    """Tensor i of a broadcast from the root, laid over this rank's shadow storage of it (`mine`, a view)."""
+    theirs = fetch()[i]
+    flat = mine._base.clone() if mine._base is not None else mine.clone().view(-1)
+    flat.as_strided(mine.shape, mine.stride(), mine.storage_offset()).copy_(theirs)
+    return flat
 
 
 def _flatten(args) -> list:

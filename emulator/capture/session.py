@@ -76,7 +76,7 @@ class Session:
         if not measuring:
             from emulator.distributed import objects
 
-            objects.install(ns.out, ns.rank)
+            rec.exchange = objects.install(ns.out, ns.rank)
             from emulator.distributed import pipelining
 
             pipelining.install()

@@ -5,9 +5,9 @@ Why each piece exists (all verified on torch 2.13 CPU):
   True: otherwise FakeTensorMode would try to initialise (real) CUDA for constant propagation.
 - `FakeTensor` joins the foreach-supported types, so optimizers and `clip_grad_norm_` take the
   `_foreach_*` / fused path a real GPU takes instead of the per-parameter loop.
-- `model.cuda()` swaps parameters in place (`swap_module_params_on_conversion`) and the fake
-  mode's memo is dropped before each swap; without this tied weights silently come untied
-  (GPT-2 counted 163 M instead of 124 M parameters).
+- `model.cuda()` converts parameters in place (`swap_module_params_on_conversion`, whose swaps
+  become `param.data = fake`, the GPU's path) and the fake mode's memo is dropped first; without
+  this tied weights silently come untied (GPT-2 counted 163 M instead of 124 M parameters).
 - Data-dependent results (`.item()`, `nonzero`, boolean masks, `unique`) have no value on a
   fake device. They get documented placeholders: scalars read as 0 / 0.0 / False, and
   dynamic-size outputs take their upper bound (every element selected). Each use is counted.
@@ -103,6 +103,9 @@ def _install_foreach() -> None:
             types.append(FakeTensor)
 
 
+_ADOPTERS = (torch.Tensor, torch.nn.Parameter, FakeTensor)  # the types `t.data = fake` serves
+
+
 def _install_swap_fix(fake_mode: EmuFakeMode) -> None:
     torch.__future__.set_swap_module_params_on_conversion(True)
     original = torch.utils.swap_tensors
@@ -122,6 +125,15 @@ def _install_swap_fix(fake_mode: EmuFakeMode) -> None:
         for tid, v in list(meta.tensor_memo.items()):
             if v is t1 or v is t2:
                 meta.tensor_memo.pop(tid, None)
+        if type(t2) is FakeTensor and type(t1) in _ADOPTERS and getattr(torch.Tensor, "_maya_data_adoption", False) \
+                and torch._has_compatible_shallow_copy_type(t1, t2):
+            # `module.to(device or dtype)`: a GPU run takes `param.data = new` here (torch picks a
+            # swap only because the new tensor is fake), which keeps the parameter's identity and
+            # cares for no weak reference (DeepSpeed's name map holds a weakref.finalize on every
+            # parameter: "Cannot swap t1 because it has weakref associated with it"). Where a GPU
+            # run makes a new parameter instead (`to_empty` from "meta": incompatible types), swap.
+            t1.data = t2
+            return None
         return original(t1, t2)
 
     swap_tensors._maya = True
