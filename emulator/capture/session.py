@@ -177,6 +177,7 @@ class Session:
         from emulator.distributed import fake_pg
 
         rec, ns = self.recorder, self.ns
+        rec.rows.drop_empty_ranges()  # NVTX ranges around host code only (see TraceRows.drop_empty_ranges)
         write_rank_trace(ns.out, ns.rank, rec.rows.to_table())
         peak_alloc, peak_res = self._peaks()
         mem = rec.memory
