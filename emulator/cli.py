@@ -37,6 +37,23 @@ def _program(script: str | None, module: str | None,
     return script, module, list(args or [])
 
 
+def _routing(spec: str | None) -> str | None:
+    """The routing policy's canonical form (a trace file's absolute path), or exit naming the problem."""
+    from emulator.core.routing import RoutingPolicy, RoutingPolicyError
+
+    if spec is None:
+        return None
+    try:
+        return RoutingPolicy.parse(spec).spec
+    except RoutingPolicyError as e:
+        _console().print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+
+
+_ROUTING_HELP = ("expert choices where the device cannot know them: balanced (default), zipf:S (skewed loads), "
+                 "trace:FILE (measured per-layer loads)")
+
+
 def _gpu(key: str):
     from emulator.core.hardware import UnknownGPUError, get_gpu
 
@@ -59,6 +76,7 @@ def emulate(
     out: Path = typer.Option(Path("out"), "--out", help="output folder for the trace"),
     dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once"),
     jobs: int = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)"),
+    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
 ):
     """Run the program on an emulated GPU cluster and write a trace per rank."""
     from emulator.launch.emulate import run_emulation
@@ -66,7 +84,8 @@ def emulate(
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
     summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
-                            nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs)
+                            nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs,
+                            routing=_routing(routing))
     raise typer.Exit(0 if summary.ok else 1)
 
 
@@ -153,6 +172,7 @@ def predict(
     timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
     roofline_only: bool = typer.Option(False, "--roofline-only",
                                        help="time every op with the labelled analytical fallback (no predictors)"),
+    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launch.emulate import run_emulation
@@ -160,7 +180,8 @@ def predict(
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
     summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
-                            nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs)
+                            nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs,
+                            routing=_routing(routing))
     if not summary.ok and not summary.oom:
         raise typer.Exit(1)
     result = simulate_command(out, **_simulate_options(spec.key, nnodes, nproc_per_node, cluster,

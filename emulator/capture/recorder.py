@@ -49,7 +49,7 @@ from torch._subclasses.fake_tensor import (
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from emulator.capture import fastpath, signature
+from emulator.capture import fastpath, routing, signature
 from emulator.capture.modules import ModuleStack
 from emulator.capture.shadows import Shadows
 from emulator.capture.trace_rows import TraceRows
@@ -65,6 +65,8 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 # model does not do. FakeTensorMode has no rule for it (its Stream argument), so it stops here
 # (DeepSpeed ZeRO-3 frees parameters with `param.data.record_stream(stream)`)
 _RECORD_STREAM = torch.ops.aten.record_stream.default
+_BINCOUNT = torch.ops.aten.bincount.default
+_TOPK = torch.ops.aten.topk.default
 _clock = time.process_time  # host-gap clock, see the module docstring
 _MISS = object()
 
@@ -215,6 +217,11 @@ class Recorder(TorchDispatchMode):
         if self.in_optimizer:
             return module, "optimizer"
         return module, ("forward" if module else "other")
+
+    def note_known_value(self) -> None:
+        """A data-dependent size came from values known on the host (emulator.capture.routing)."""
+        self.real_reads += 1
+        self._noted += 1  # not cached: another call with the same metadata may hold other values
 
     def note_placeholder(self, kind: str) -> None:
         self.placeholders[kind] += 1
@@ -432,6 +439,10 @@ class Recorder(TorchDispatchMode):
         if self.shadows is not None and (self.shadows.storages or kind == "memcpy"):
             self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None,
                                resolve=kind == "memcpy")
+        if func is _TOPK and self.shadows is not None:
+            routing.topk_values(self.shadows, args, kwargs, out)
+        elif func is _BINCOUNT and self.shadows is not None:
+            routing.bincount_values(self.shadows, args, kwargs, out)
 
     def _see_outputs(self, out, new: list | None = None) -> None:
         """Account for the outputs' device storages; `new`: just the fresh ones with their sizes, when the
@@ -602,6 +613,8 @@ class Recorder(TorchDispatchMode):
         self._derive_values(func, args, kwargs, out, kind, keyed)
         if op == "c10d::broadcast_" and self.exchange is not None and self.shadows is not None:
             self._share_broadcast(bound, coll)
+        elif op == "c10d::alltoall_base_" and self.shadows is not None:
+            routing.all_to_all_values(self.shadows, bound, coll.get("group_ranks") or [], self.rank)
         out_shapes, out_dtypes, out_tensors = signature.outputs(out)
         if self.memory is not None:
             try:

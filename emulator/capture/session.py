@@ -22,6 +22,7 @@ from emulator.capture.recorder import Recorder, StopEmulation
 from emulator.core import hostspeed
 from emulator.core.exitcodes import Exit
 from emulator.core.hardware import GPUSpec
+from emulator.core.routing import RoutingPolicy
 from emulator.trace.io import write_rank_summary, write_rank_trace
 from emulator.trace.summaries import RankSummary
 
@@ -58,6 +59,10 @@ class Session:
                        max_iterations=ns.iterations, device_type=device_type)
         if self.policy == "emulate":
             rec.fake_mode = make_fake_mode(rec.note_placeholder)
+            from emulator.capture import routing
+
+            routing.install(RoutingPolicy.parse(getattr(ns, "routing", None)), rec.shadows.value,
+                            rec.note_placeholder, rec.note_known_value, lambda: rec.iteration)
             cuda_shim.install(self.spec, ns.local_world_size, rec)
             cuda_shim.set_device(0)
             memory.install_resize_hook(stream_id)
@@ -193,7 +198,8 @@ class Session:
             iteration_wall_s=rec.iteration_wall_s, iteration_cpu_s=rec.iteration_cpu_s,
             host_gap_baseline_s=self.pricing.charged, host_gap_price_samples=self.pricing.samples,
             host_speed=getattr(self, "host_speed", None),
-            fast_path={"hits": rec.fast_hits, "signatures": len(rec._out_specs)}))
+            fast_path={"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
+            routing=RoutingPolicy.parse(getattr(ns, "routing", None)).spec if self.policy == "emulate" else None))
 
 
 _HOST_SPEED_RUN = {"repeats": 3, "steps": 10}  # ~0.1 s each time rank 0 measures (hardware inventories take longer)

@@ -119,7 +119,7 @@ class Shadows:
             return
         for fake, real in zip(fakes, reals, strict=True):
             if isinstance(fake, FakeTensor) and isinstance(real, torch.Tensor):
-                self._keep(fake, real)
+                self.keep(fake, real)
 
     def _whole_storage_target(self, dst: FakeTensor) -> None:
         """Give a copy_ target that spans its whole (small) storage a buffer for the replay to fill."""
@@ -130,7 +130,8 @@ class Shadows:
         self.storages[storage._cdata] = torch.empty(dst.numel(), dtype=dst.dtype)
         weakref.finalize(storage, self.storages.pop, storage._cdata, None)
 
-    def _keep(self, fake: FakeTensor, real: torch.Tensor) -> None:
+    def keep(self, fake: FakeTensor, real: torch.Tensor) -> None:
+        """Give `fake` the values `real` (a CPU tensor of its shape), if its storage has none yet."""
         storage = fake.untyped_storage()
         key = storage._cdata
         if key in self.storages:  # a view or an in-place result: the replay already wrote its values

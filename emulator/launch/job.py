@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.core.routing import RoutingPolicy, RoutingPolicyError
+
 WORKER = [sys.executable, "-m", "emulator.launch.worker"]
 
 
@@ -23,6 +25,7 @@ class EmulationJob:
     out: Path
     profile: bool = False
     timing_only: bool = False  # profile: time iterations, record no trace
+    routing: str | None = None  # emulator.core.routing spec (None: the default, balanced)
     worker: list[str] = field(default_factory=lambda: list(WORKER))  # tests replace the worker program
 
     @property
@@ -39,6 +42,11 @@ class EmulationJob:
             return f"no such script: {self.script}"
         if not self.script and not self.module:
             return "give a script or -m module"
+        if self.routing:
+            try:
+                RoutingPolicy.parse(self.routing)
+            except RoutingPolicyError as e:
+                return str(e)
         return None
 
     def worker_command(self, rank: int) -> list[str]:
@@ -49,6 +57,8 @@ class EmulationJob:
                 "--nnodes", str(self.nnodes), "--node-rank", str(rank // self.nproc_per_node), "--out", str(self.out)]
         if self.iterations is not None:
             cmd += ["--iterations", str(self.iterations)]
+        if self.routing:
+            cmd += ["--routing", self.routing]
         if self.profile:
             cmd.append("--profile")
             if self.timing_only:

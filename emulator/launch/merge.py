@@ -68,7 +68,8 @@ def merge(job: EmulationJob, runs: dict[int, RankRun], rank_map: dict[int, int],
         # profile: the wall time of every iteration on every rank, as measured (emulation: its own speed)
         measured_iterations_s=({str(r): list(s.iteration_wall_s) for r, s in sorted(summaries.items())}
                                if mode == "profile" else None),
-        work_hash={str(r): s.work_hash for r, s in sorted(summaries.items())}, dedup=dedup_info)
+        work_hash={str(r): s.work_hash for r, s in sorted(summaries.items())}, dedup=dedup_info,
+        routing=first.routing if first else None)
 
 
 def report(summary: EmulationSummary, console: Console) -> None:
@@ -93,6 +94,9 @@ def report(summary: EmulationSummary, console: Console) -> None:
         console.print(f"unsupported ops: {summary.unsupported_ops}")
     if summary.placeholders:
         console.print(f"placeholders for data-dependent values: {summary.placeholders}")
+    if {"topk", "bincount"} & set(summary.placeholders):
+        console.print(f"router choices and token counts follow the routing policy {summary.routing or 'balanced'} "
+                      "(--routing)")
     mismatches = (summary.dedup or {}).get("mismatches")
     if mismatches:
         console.print(f"[yellow]dedup check: ranks {mismatches} differ from their representative; "

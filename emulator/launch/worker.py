@@ -46,6 +46,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--timing-only", action="store_true",
                    help="with --profile: time iterations only, record nothing (the program's own speed)")
+    p.add_argument("--routing", default=None, help="routing policy for data-dependent sizes (emulator.core.routing)")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--script")
     g.add_argument("--module")

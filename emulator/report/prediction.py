@@ -157,6 +157,8 @@ class Prediction:
     steady_iterations: list[int]
     host_speed: dict = field(default_factory=dict)  # how host gaps were scaled (emulator.hosttime)
     timeline: bool = False  # timeline.json was written
+    # emulator.core.routing: the policy that decided router choices and token counts, when the program had any
+    routing: str | None = None
     emulation_failed: dict | None = None  # {rank, error}: the trace stops where the program failed
     warning: str | None = None
 
@@ -219,6 +221,7 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
         setup_s=timing.setup_s if timing and hang is None else None,
         steady_iterations=steady,
         host_speed=dict(host_speed or {}),
+        routing=(summary.routing or "balanced") if {"topk", "bincount"} & set(summary.placeholders) else None,
     )
     if summary.ok is False and not pred.oom:
         err = (summary.error or "").strip().splitlines()

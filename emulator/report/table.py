@@ -69,6 +69,8 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     t.add_row("kernels estimated by", str(est.get("kernels")))
     t.add_row("collectives estimated by", str(est.get("collectives")))
     t.add_row("device time learned / fallback", f"{_pct(cov.get('learned'))} / {_pct(cov.get('fallback'))}")
+    if pred.get("routing"):
+        t.add_row("expert routing (data-dependent sizes)", f"{pred['routing']} (--routing)")
     host = pred.get("host_speed") or {}
     if host:
         t.add_row("host time scale", f"x{host.get('scale', 1.0):.2f}: {host.get('source')}")

@@ -60,6 +60,7 @@ class RankSummary:
     host_gap_price_samples: list[dict] = field(default_factory=list)
     host_speed: dict | None = None  # emulator.core.hostspeed of this machine (rank 0)
     fast_path: dict = field(default_factory=dict)
+    routing: str | None = None  # emulator.core.routing: the policy data-dependent sizes followed (emulation)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -109,6 +110,7 @@ class EmulationSummary:
     measured_iterations_s: dict[str, list[float]] | None = None  # profile: each rank's measured iteration times
     work_hash: dict[str, str | None] = field(default_factory=dict)
     dedup: dict | None = None
+    routing: str | None = None  # emulator.core.routing: the policy data-dependent sizes followed (emulation)
 
     def to_json(self) -> dict:
         return asdict(self)
