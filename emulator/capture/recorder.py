@@ -53,7 +53,14 @@ from emulator.capture import fastpath, routing, signature
 from emulator.capture.modules import ModuleStack
 from emulator.capture.shadows import Shadows
 from emulator.capture.trace_rows import TraceRows
-from emulator.core.ops import HOST_DEVICE_COPY_OPS, canonical_op, dtype_bytes, flops_and_bytes, is_view_op
+from emulator.core.ops import (
+    HOST_DEVICE_COPY_OPS,
+    canonical_op,
+    collective_name,
+    dtype_bytes,
+    flops_and_bytes,
+    is_view_op,
+)
 from emulator.device.fake_mode import is_wrapper_subclass
 from emulator.distributed.collectives import CollectiveCounter
 
@@ -67,6 +74,8 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 _RECORD_STREAM = torch.ops.aten.record_stream.default
 _BINCOUNT = torch.ops.aten.bincount.default
 _TOPK = torch.ops.aten.topk.default
+# the caching allocator's pseudo-streams of CUDA-graph memory pools (real stream ids are small)
+GRAPH_POOL_STREAM = 1 << 40
 _clock = time.process_time  # host-gap clock, see the module docstring
 _MISS = object()
 
@@ -154,6 +163,9 @@ class Recorder(TorchDispatchMode):
         # emulator.distributed.objects' exchange between the ranks of this emulation (set by the session):
         # host-known values of a broadcast travel through it (see _share_broadcast)
         self.exchange = None
+        self._capture = None  # the trace checkpoint where a CUDA graph capture began
+        self._alloc_stream = None  # during a capture: the graph's memory pool (see begin_capture)
+        self.graph_replays = 0
         self._measure = policy == "profile"
         self._cuda_timing = self._measure and device_type == "cuda"
 
@@ -449,12 +461,12 @@ class Recorder(TorchDispatchMode):
         fast path knows (`fastpath.rebuild`)."""
         if new is not None:
             if new:
-                stream = self.stream_id()
+                stream = self.stream_id() if self._alloc_stream is None else self._alloc_stream
                 for t, nbytes in new:
                     if nbytes is not None:  # None: a fake host tensor
                         self.memory.see_fresh(t, nbytes, stream)
             return
-        stream = self.stream_id()
+        stream = self.stream_id() if self._alloc_stream is None else self._alloc_stream
         for t in signature.outputs(out)[2]:
             if t.device.type == "cuda" and not is_wrapper_subclass(t):
                 self.memory.see(t, stream)
@@ -544,6 +556,65 @@ class Recorder(TorchDispatchMode):
         if oom is not None:
             raise oom
         return out
+
+    # ------------------------------------------------------------------ CUDA graphs (cuda_shim.FakeCUDAGraph)
+    def begin_capture(self, graph_id: int, pool: int) -> None:
+        """A capture begins: what it records goes to the graph; what it allocates comes from `pool`.
+
+        The graph's private memory pool is a pseudo-stream of the caching allocator: the allocator
+        reuses a block only on its own stream, so blocks freed inside the capture stay reserved for
+        the graph (and graphs sharing a pool), as CUDA's private pools do, and are never handed to
+        allocations outside it."""
+        with self._lock:
+            self._capture = self.rows.checkpoint()
+            self._alloc_stream = GRAPH_POOL_STREAM + pool
+
+    def end_capture(self, graph_id: int, capture_stream: int) -> list[dict]:
+        """The rows of a capture leave the trace (a capture launches nothing) and go to the graph."""
+        with self._lock:
+            point = self._capture
+            self._capture = self._alloc_stream = None
+            cols = self.rows.cols
+            names = [c for c in cols if c not in ("rank", "seq")]
+            captured = [{c: cols[c][i] for c in names} for i in range(point[0], len(self.rows))]
+            self.rows.rollback(point)
+            # their gaps must not be re-priced onto the rows that take their places (`reprice`)
+            self.gap_parts = [part for part in self.gap_parts if part[0] < point[0]]
+        self.sync_event("marker", "cuda::graph_capture", capture_stream,
+                        args={"graph": graph_id, "rows": len(captured)})
+        return captured
+
+    def replay_capture(self, graph_id: int, rows: list[dict], capture_stream: int) -> None:
+        """One replay: the captured rows again, launched by one host call (`graph_replay`, the simulator
+        charges one launch), on the stream current now (rows captured on another stream keep it), in
+        this iteration and phase. Collectives and p2p ops get fresh sequence numbers (each replay issues
+        them anew) and the waits inside the graph follow them."""
+        t0 = _clock()
+        with self._lock:
+            gap = self._gap(t0)
+            stream = self.stream_id()
+            module, phase = self._module_phase()
+            self.graph_replays += 1
+            renumbered: dict[tuple, int] = {}
+            for i, r in enumerate(rows):
+                row = dict(r)
+                mem = (row.pop("mem_allocated"), row.pop("mem_reserved"))
+                if row["kind"] in ("collective", "p2p") and row["coll_seq"] is not None:
+                    name = collective_name(row["op"])
+                    key = f"{row['group']}|{name}|{row['peer']}" if row["kind"] == "p2p" else row["group"]
+                    old, row["coll_seq"] = row["coll_seq"], self.collectives.next(key)
+                    renumbered[(row["group"], name if row["kind"] == "p2p" else None, row["peer"], old)] = \
+                        row["coll_seq"]
+                elif row["kind"] == "event_wait" and row["coll_seq"] is not None:
+                    name = collective_name(row["waits_for"]) if row["waits_for"] else None
+                    p2p = name in ("send", "recv")
+                    row["coll_seq"] = renumbered.get((row["group"], name if p2p else None,
+                                                      row["peer"] if p2p else None, row["coll_seq"]), row["coll_seq"])
+                row.update(iteration=self.iteration, phase=phase, module=row["module"] or module,
+                           stream=stream if row["stream"] == capture_stream else row["stream"],
+                           host_gap_s=gap if i == 0 else 0.0, graph_replay=self.graph_replays)
+                self.rows.add(mem=mem, **row)
+            self._t_last = _clock()
 
     def _record_higher_order(self, func, args, kwargs, t_enter):
         """A higher-order op (FlexAttention forward/backward): one kernel row over its tensor inputs.

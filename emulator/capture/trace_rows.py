@@ -33,7 +33,7 @@ class TraceRows:
             group_ranks=None, coll_seq: int | None = None, coll_bytes: int | None = None, peer: int | None = None,
             async_op: bool | None = None, waits_for: str | None = None, blocking: bool | None = None,
             event_id: int | None = None, host_gap_s: float = 0.0, mem=(None, None), duration_s: float | None = None,
-            placeholder: bool = False, hash_part: bytes | None = None) -> None:
+            placeholder: bool = False, graph_replay: int | None = None, hash_part: bytes | None = None) -> None:
         """Append one event. `hash_part`: this row's work-hash contribution when the caller already
         has it (a repeated signature), saving a json.dumps per row."""
         if hash_part is None:
@@ -41,7 +41,7 @@ class TraceRows:
         self._append((self.rank, len(self._seq), iteration, kind, op, int(stream), shapes, dtypes, strides, args,
                       out_shapes, out_dtypes, flops, bytes, module, phase, group, group_ranks, coll_seq, coll_bytes,
                       peer, async_op, waits_for, blocking, event_id, host_gap_s, mem[0], mem[1], duration_s,
-                      bool(placeholder)), hash_part)
+                      bool(placeholder), graph_replay), hash_part)
 
     def add_repeat(self, kind: str, op: str, shapes, dtypes, strides, args: str, out_shapes, out_dtypes, flops,
                    nbytes, blocking: bool | None, hash_part: bytes, stream: int, iteration: int, module: str,
@@ -50,7 +50,7 @@ class TraceRows:
         no collective fields, the op-hash contribution given. Same columns, same values as `add`."""
         self._append((self.rank, len(self._seq), iteration, kind, op, int(stream), shapes, dtypes, strides, args,
                       out_shapes, out_dtypes, flops, nbytes, module, phase, None, None, None, None, None, None, None,
-                      blocking, None, host_gap_s, mem[0], mem[1], None, False), hash_part)
+                      blocking, None, host_gap_s, mem[0], mem[1], None, False, None), hash_part)
 
     def _append(self, row: tuple, hash_part: bytes) -> None:
         """One value per column, in TRACE_SCHEMA order."""

@@ -57,6 +57,7 @@ def _rep_index(rep: RepTrace) -> dict:
         comm = np.array([k in COMM_KINDS for k in kinds], dtype=bool)
         first = next((i for i, p in enumerate(rep.phase) if p in ("forward", "backward")), None)
         cache = dict(it=it, ids=sorted(set(rep.iteration)), compute=compute, comm=comm, first_train=first,
+                     paid=np.asarray(rep.pays_launch, dtype=bool),
                      gap=np.asarray(rep.host_gap, dtype=float), by_it={v: np.flatnonzero(it == v)
                                                                       for v in set(rep.iteration)})
         rep._analysis_index = cache  # type: ignore[attr-defined]
@@ -128,7 +129,7 @@ def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks:
         both = _union(np.concatenate([cs, ms]), np.concatenate([ce, me]))
         in_window = np.isin(ix["it"], steady)
         host = float(ix["gap"][in_window].sum()) + launch_overhead_s * int(
-            np.count_nonzero(in_window & (ix["compute"] | ix["comm"])))
+            np.count_nonzero(in_window & ix["paid"]))
         acc["compute"] += compute / n_it
         acc["communication"] += comm / n_it
         acc["exposed_communication"] += (both - compute) / n_it

@@ -2,7 +2,8 @@
 
 Model (per rank):
 - The **host** walks the trace in host order. Before each device call it spends the recorded
-  `host_gap_s`, plus `launch_overhead_s` for calls that launch device work. It only blocks where
+  `host_gap_s`, plus `launch_overhead_s` for calls that launch device work; the rows one CUDA-graph
+  replay launched (`graph_replay`) cost one launch together, the graph launch. It only blocks where
   a real host blocks: `stream_sync`, `device_sync`, and a synchronous device-to-host copy; on a
   CPU target (`synchronous`) also on every op and blocking collective, which run on its own time.
 - Each **stream** is a FIFO: an op starts at max(its launch time, the end of the stream's
@@ -266,7 +267,7 @@ class Simulator:
             rs.host_t = max([rs.host_t] + [rs.tok[t] for t in rs.host_wait])
             rs.host_wait = []
         rep, view = rs.rep, rs.view
-        kinds, streams, gaps, launches = rep.kind, rep.stream, rep.host_gap, rep.launches
+        kinds, streams, gaps, launches, paid = rep.kind, rep.stream, rep.host_gap, rep.launches, rep.pays_launch
         iters, phases = rep.iteration, rep.phase
         n = len(kinds)
         world = self.job.world_size
@@ -286,7 +287,8 @@ class Simulator:
                 if not launches[pos]:
                     rs.start[pos] = rs.end[pos] = rs.host_t
                     continue
-                rs.host_t += self.launch
+                if paid[pos]:
+                    rs.host_t += self.launch
                 rs.issue[pos] = rs.host_t
                 self._push(rs, sk, pos)
                 if (rep.blocking[pos] or self.synchronous) and self._wait_for_stream(rs, sk):
@@ -294,7 +296,8 @@ class Simulator:
                 continue
             rs.start[pos] = rs.end[pos] = rs.host_t
             if k in COMM_KINDS:
-                rs.host_t += self.launch
+                if paid[pos]:
+                    rs.host_t += self.launch
                 self._issue_comm(rs, view, pos, sk, world)
                 if self.synchronous and not rep.async_op[pos] and self._wait_for_stream(rs, sk):
                     return

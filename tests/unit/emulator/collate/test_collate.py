@@ -85,7 +85,7 @@ def test_trace_of_another_schema_version_is_a_clear_error(tmp_path):
     path = rank_trace_path(out, 0)
     t = pq.read_table(path)
     pq.write_table(t.replace_schema_metadata({b"maya.trace_schema_version": b"99"}), path)
-    with pytest.raises(TraceSchemaError, match=r"trace schema version 99, this maya reads versions \[1, 2\]"):
+    with pytest.raises(TraceSchemaError, match=r"trace schema version 99, this maya reads versions \[1, 2, 3\]"):
         collate(out)
 
 

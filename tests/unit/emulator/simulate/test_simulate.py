@@ -220,3 +220,24 @@ def test_a_steady_iteration_is_never_shorter_than_its_host_work():
     assert tm.iteration_time_s == pytest.approx(host_per_iteration, rel=1e-6)
     bd = tm.breakdown_s
     assert bd["compute"] + bd["exposed_communication"] + bd["idle"] == pytest.approx(tm.iteration_time_s, rel=1e-6)
+
+
+def test_a_cuda_graph_replay_costs_one_launch_not_one_per_kernel():
+    """Tiny kernels launched one by one are host-bound; the same kernels replayed from a CUDA graph
+    pay one launch per replay (`graph_replay`), so the step is as long as the device work."""
+    def rank(graphed: bool):
+        b = TraceBuilder(0, host_gap_s=0.0)
+        for it in range(3):
+            b.iteration = it
+            for _ in range(200):
+                row = b.kernel("aten::add", [[8], [8]], ["float32"] * 2)
+                if graphed:
+                    row["graph_replay"] = it + 1
+        return collate_tables({0: b.table()}, _summary(1))
+
+    _, eager = _run(rank(False))
+    _, graphed = _run(rank(True))
+    launch = 4e-6
+    assert eager.iteration_time_s >= 200 * launch
+    assert graphed.iteration_time_s < 0.8 * eager.iteration_time_s
+    assert graphed.breakdown_s["host"] == pytest.approx(launch, rel=1e-6)
