@@ -91,8 +91,8 @@ class Recorder(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._dynamo's `disable`, a
-        # Python wrapper that costs ~10 us per dispatch (several dispatches per recorded op). The
-        # session runs torch.compile eagerly, so Dynamo never traces and the wrapper only costs.
+        # Python wrapper that costs ~10 us per dispatch (several dispatches per recorded op). Dynamo
+        # never traces under this mode (emulator.capture.compile turns it off first), so it only costs.
         return False
 
     # FlexAttention and other higher-order ops come through __torch_dispatch__ (see _record_higher_order)
@@ -614,6 +614,23 @@ class Recorder(TorchDispatchMode):
                            stream=stream if row["stream"] == capture_stream else row["stream"],
                            host_gap_s=gap if i == 0 else 0.0, graph_replay=self.graph_replays)
                 self.rows.add(mem=mem, **row)
+            self._t_last = _clock()
+
+    def record_launch(self, op: str, tensors: list, args: dict, flops: float | None = None,
+                      nbytes: float | None = None) -> None:
+        """A kernel launched outside the dispatcher (a compiled graph's Triton kernel, emulator.capture.compile):
+        one kernel row over its tensor arguments; `nbytes` unknown: their sizes (an upper bound)."""
+        t0 = _clock()
+        with self._lock:
+            gap = self._gap(t0)
+            module, phase = self._module_phase()
+            if nbytes is None:
+                nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
+            self.rows.add(kind="kernel", op=op, stream=self.stream_id(), iteration=self.iteration, module=module,
+                          phase=phase, shapes=[list(t.shape) for t in tensors],
+                          dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
+                          strides=[list(t.stride()) for t in tensors], args=json.dumps(args), flops=flops,
+                          bytes=nbytes, host_gap_s=gap, mem=self._mem())
             self._t_last = _clock()
 
     def _record_higher_order(self, func, args, kwargs, t_enter):

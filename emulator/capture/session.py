@@ -85,18 +85,26 @@ class Session:
             from emulator.distributed import pipelining
 
             pipelining.install()
-        self._install_compile_fallback()
+        self._install_compile(rec)
         if self.policy == "emulate":
             _install_metadata_probe_guard(rec)
         state.set_recorder(rec)
         return rec
 
-    def _install_compile_fallback(self) -> None:
-        """torch.compile does not compile under a dispatch mode; say so instead of pretending.
+    def _install_compile(self, rec: Recorder) -> None:
+        """torch.compile: Inductor's plan for the emulated GPU where it can be made (emulator.capture.compile,
+        counted under `compiled`); otherwise say so instead of pretending.
 
-        The model runs eagerly (unfused ops are recorded) and the summary counts the calls under
-        `eager_fallbacks`, so a prediction for a compiled model is known to be pessimistic."""
+        Without Triton (or with MAYA_COMPILE=eager, or on the cpu target) compiled functions run
+        eagerly (unfused ops are recorded) and the summary counts the calls under `eager_fallbacks`,
+        so a prediction for a compiled model is known to be pessimistic."""
         self.eager_fallbacks: Counter[str] = Counter()
+        self.compiled: Counter[str] = Counter()
+        from emulator.capture import compile as inductor
+
+        if self.policy == "emulate" and inductor.available():
+            inductor.install(rec, self.compiled)
+            return
         original = torch.compile
 
         def eager_compile(model=None, *args, **kwargs):
@@ -194,7 +202,8 @@ class Session:
             stopped_by_iterations=self.stopped, n_events=len(rec.rows),
             event_kinds=dict(Counter(rec.rows.cols["kind"])), work_hash=rec.rows.work_hash(), groups=fake_pg.groups(),
             unsupported_ops=dict(rec.unsupported), placeholders=dict(rec.placeholders),
-            real_value_reads=rec.real_reads, eager_fallbacks=dict(self.eager_fallbacks), wall_s=wall,
+            real_value_reads=rec.real_reads, eager_fallbacks=dict(self.eager_fallbacks),
+            compiled=dict(self.compiled), wall_s=wall,
             iteration_wall_s=rec.iteration_wall_s, iteration_cpu_s=rec.iteration_cpu_s,
             host_gap_baseline_s=self.pricing.charged, host_gap_price_samples=self.pricing.samples,
             host_speed=getattr(self, "host_speed", None),

@@ -61,6 +61,7 @@ FAMILY_EFFICIENCY: dict[str, tuple[float, float]] = {
     "copy": (0.50, 0.80),
     "memset": (0.50, 0.85),
     "elementwise": (0.50, 0.80),
+    "generated": (0.50, 0.75),  # Inductor's fused Triton kernels: bandwidth-bound, about as good as hand-written
     "other": (0.50, 0.60),
 }
 TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "attention_fwd", "attention_bwd"})

@@ -202,6 +202,12 @@ def _exchange_device(device: int) -> int:
     return old
 
 
+def _maybe_exchange_device(device: int) -> int:
+    # a function of its own, not `_exchange_device` again: Dynamo keys its handlers of torch.cuda's
+    # functions by function object and refuses a second registration of one ("Handler already registered")
+    return _exchange_device(device)
+
+
 def current_stream(device=None) -> FakeStream:
     idx = _device_index(device)
     return _state["streams"].setdefault(idx, _default_stream(idx))
@@ -455,7 +461,7 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
         "current_device": current_device,
         "set_device": set_device,
         "_exchange_device": _exchange_device,
-        "_maybe_exchange_device": _exchange_device,
+        "_maybe_exchange_device": _maybe_exchange_device,
         "device": _DeviceCtx,
         "device_of": lambda t: _DeviceCtx(t.get_device() if t.is_cuda else None),
         "get_device_properties": lambda device=None: props[_device_index(device)],

@@ -52,6 +52,7 @@ class RankSummary:
     placeholders: dict[str, int] = field(default_factory=dict)
     real_value_reads: int = 0
     eager_fallbacks: dict[str, int] = field(default_factory=dict)
+    compiled: dict[str, int] = field(default_factory=dict)  # torch.compile calls Inductor planned, and their modes
     wall_s: float = 0.0
     iteration_wall_s: list[float] = field(default_factory=list)  # emulation (or, profiling, the program's) speed
     iteration_cpu_s: list[float] = field(default_factory=list)
