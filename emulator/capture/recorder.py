@@ -704,6 +704,8 @@ class Recorder(TorchDispatchMode):
         elif op == "c10d::alltoall_base_" and self.shadows is not None:
             routing.all_to_all_values(self.shadows, bound, coll.get("group_ranks") or [], self.rank)
         out_shapes, out_dtypes, out_tensors = signature.outputs(out)
+        if kind == "kernel" and self.policy == "emulate" and _on_host(args, kwargs, out_tensors):
+            kind = "host_op"
         if self.memory is not None:
             try:
                 self._see_outputs(out)
@@ -729,7 +731,7 @@ class Recorder(TorchDispatchMode):
                       shapes=shapes, dtypes=dtypes, strides=strides, args=jargs,
                       out_shapes=out_shapes, out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap,
                       mem=self._mem(), duration_s=duration, placeholder=self._placeholder_now, **coll)
-        cacheable = kind in ("kernel", "memcpy") and set(coll) <= {"blocking"}  # no collective fields
+        cacheable = kind in ("kernel", "memcpy", "host_op") and set(coll) <= {"blocking"}  # no collective fields
         if keyed is not None and cacheable and not self._placeholder_now \
                 and not self._unsupported_now and self._out_specs.get(keyed[0]) is not None:
             # foreach ops are keyed without float values: their args (None here) are rebuilt per call
@@ -835,6 +837,19 @@ def _flatten(args) -> list:
         else:
             out.append(a)
     return out
+
+
+def _on_host(args, kwargs, out_tensors) -> bool:
+    """Every fake tensor of a call is a fake *host* tensor: a device tensor's copy to the host, such as
+    FSDP1's CPU-offloaded parameters and their optimizer states. On the real machine the host's CPU
+    runs the op (a `host_op` row, timed on the host), not a GPU stream."""
+    seen = False
+    for t in (*_flatten(args), *_flatten(list(kwargs.values())), *out_tensors):
+        if isinstance(t, FakeTensor):
+            if t.fake_device.type != "cpu":
+                return False
+            seen = True
+    return seen
 
 
 def _missing_kernel(e: BaseException) -> bool:

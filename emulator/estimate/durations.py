@@ -17,9 +17,10 @@ import pandas as pd
 from emulator.collate.job import CollatedJob
 from emulator.core.hardware import GPUSpec
 from emulator.core.predictor_io import FALLBACK, LEARNED, signature_frame
+from emulator.core.roofline import roofline_durations
 from emulator.estimate.base import Predictor, predict_unique
 from emulator.estimate.roofline import NETWORK_LABEL, NetworkPredictor
-from emulator.trace.schema import COMM_KINDS
+from emulator.trace.schema import COMM_KINDS, HOST_KINDS
 
 
 @dataclass
@@ -70,6 +71,12 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
             for src in ("learned", "fallback"):
                 by_source[src] = by_source.get(src, 0.0) + float(d[i:i + n][s[i:i + n] == src].sum()) * rep_count[r]
             i += n
+    # ops the host's CPU runs on offloaded tensors: no GPU predictor applies; the host model of the
+    # roofline (labelled fallback), host time rather than device time in the coverage shares
+    for r, rep in job.reps.items():
+        hosts = [i for i, k in enumerate(rep.kind) if k in HOST_KINDS]
+        if hosts:
+            base[r][hosts] = roofline_durations(signature_frame(rep.table, hosts), spec)
     # collectives and p2p: depend on where each rank's group sits in the cluster
     comm_sig: dict[int, pd.DataFrame] = {}
     for r, rep in job.reps.items():

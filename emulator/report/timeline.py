@@ -15,7 +15,9 @@ from pathlib import Path
 from emulator.core.files import atomic_write_bytes
 from emulator.simulate.engine import SimResult
 from emulator.simulate.streams import CollectiveKey
-from emulator.trace.schema import COMM_KINDS
+from emulator.trace.schema import COMM_KINDS, HOST_KINDS
+
+HOST_THREAD = 999  # the thread of `host_op` rows (ops the host's CPU runs on offloaded tensors)
 
 
 def _thread(view, row: int, names: dict) -> int:
@@ -30,6 +32,9 @@ def _thread(view, row: int, names: dict) -> int:
         tid = 1000 + sum(1 for t in names if t >= 1000)
         names[tid] = name
         return tid
+    if k in HOST_KINDS:
+        names.setdefault(HOST_THREAD, "host (CPU ops)")
+        return HOST_THREAD
     tid = int(rep.stream[row])
     names.setdefault(tid, f"stream {tid}")
     return tid
@@ -49,7 +54,7 @@ def build_timeline(result: SimResult, max_ranks: int = 64) -> dict:
         events.append(dict(ph="M", name="process_sort_index", pid=r, args={"sort_index": r}))
         tids: dict = {}
         for i, k in enumerate(rep.kind):
-            if not (rep.launches[i]):
+            if not rep.launches[i] and k not in HOST_KINDS:
                 continue
             tid = _thread(v, i, tids)
             a = {"iteration": rep.iteration[i], "phase": rep.phase[i]}

@@ -4,7 +4,8 @@ Model (per rank):
 - The **host** walks the trace in host order. Before each device call it spends the recorded
   `host_gap_s`, plus `launch_overhead_s` for calls that launch device work; the rows one CUDA-graph
   replay launched (`graph_replay`) cost one launch together, the graph launch. It only blocks where
-  a real host blocks: `stream_sync`, `device_sync`, and a synchronous device-to-host copy; on a
+  a real host blocks: `stream_sync`, `device_sync`, and a synchronous device-to-host copy; a
+  `host_op` (an op on offloaded host tensors) runs on the host itself, for its duration; on a
   CPU target (`synchronous`) also on every op and blocking collective, which run on its own time.
 - Each **stream** is a FIFO: an op starts at max(its launch time, the end of the stream's
   previous op) and runs for its estimated duration. `event_record` stamps the time the stream's
@@ -57,7 +58,7 @@ from emulator.simulate.streams import (
     SideStream,
     Wait,
 )
-from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS
+from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS, HOST_KINDS
 
 # The stream items and keys are NamedTuples; built with tuple.__new__ they skip NamedTuple's Python-level
 # __new__ (the same object, several times cheaper: the engine builds millions of them).
@@ -283,6 +284,11 @@ class Simulator:
                 rs.unwaited.clear()
             rs.cur_iter, rs.prev_phase = iters[pos], phases[pos]
             rs.host_t += gaps[pos]
+            if k in HOST_KINDS:  # the host's CPU runs it, in program order
+                rs.start[pos] = rs.host_t
+                rs.host_t += rs.dur[pos]
+                rs.end[pos] = rs.host_t
+                continue
             if k in DEVICE_KINDS:
                 if not launches[pos]:
                     rs.start[pos] = rs.end[pos] = rs.host_t

@@ -11,7 +11,9 @@ Version 2 moved what the simulator needs out of the `args` JSON into typed colum
 completion-wait row waits for) and `blocking` (a device-to-host copy the host waits for).
 Version-1 files still read: `upgrade` derives the three columns from their `args`.
 Version 3 added `graph_replay`: the rows one CUDA-graph replay launched share its number, and the
-host launches them with one call (older files: null, every row launched on its own).
+host launches them with one call (older files: null, every row launched on its own), and the
+`host_op` kind (an op the host's CPU runs on offloaded tensors; older files recorded those as
+kernels).
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ TRACE_SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
 KINDS = ("kernel", "collective", "p2p", "memcpy", "memset", "event_record", "event_wait",
-         "stream_sync", "device_sync", "marker")
+         "stream_sync", "device_sync", "marker", "host_op")
 PHASES = ("forward", "backward", "optimizer", "other")
 DEVICE_KINDS = frozenset({"kernel", "memset", "memcpy"})  # rows that run on a stream of the device
+# an op on host tensors the program moved off the device (CPU offload: FSDP1's optimizer step on offloaded
+# parameters): the host runs it, in program order, on its own time; it launches nothing
+HOST_KINDS = frozenset({"host_op"})
 COMM_KINDS = frozenset({"collective", "p2p"})
 
 _shape_list = pa.list_(pa.list_(pa.int64()))
