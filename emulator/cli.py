@@ -54,6 +54,10 @@ _ROUTING_HELP = ("expert choices where the device cannot know them: balanced (de
                  "trace:FILE (measured per-layer loads)")
 
 
+_UNSUPPORTED_HELP = ("an op the emulator cannot size or run: record a best-guess output timed by the roofline "
+                     "and count it, instead of stopping")
+
+
 def _gpu(key: str):
     from emulator.core.hardware import UnknownGPUError, get_gpu
 
@@ -77,6 +81,7 @@ def emulate(
     dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once"),
     jobs: int = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)"),
     routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
+    allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
 ):
     """Run the program on an emulated GPU cluster and write a trace per rank."""
     from emulator.launch.emulate import run_emulation
@@ -85,7 +90,7 @@ def emulate(
     script, module, argv = _program(script, module, args)
     summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
                             nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs,
-                            routing=_routing(routing))
+                            routing=_routing(routing), allow_unsupported=allow_unsupported)
     raise typer.Exit(0 if summary.ok else 1)
 
 
@@ -173,6 +178,7 @@ def predict(
     roofline_only: bool = typer.Option(False, "--roofline-only",
                                        help="time every op with the labelled analytical fallback (no predictors)"),
     routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
+    allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launch.emulate import run_emulation
@@ -181,7 +187,7 @@ def predict(
     script, module, argv = _program(script, module, args)
     summary = run_emulation(script=script, module=module, argv=argv, gpu=spec.key, nproc_per_node=nproc_per_node,
                             nnodes=nnodes, iterations=iterations, out=out, dedup=dedup, jobs=jobs,
-                            routing=_routing(routing))
+                            routing=_routing(routing), allow_unsupported=allow_unsupported)
     if not summary.ok and not summary.oom:
         raise typer.Exit(1)
     result = simulate_command(out, **_simulate_options(spec.key, nnodes, nproc_per_node, cluster,

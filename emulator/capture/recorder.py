@@ -85,6 +85,12 @@ class StopEmulation(BaseException):
     `except Exception` must not swallow it)."""
 
 
+class UnsupportedOp(BaseException):
+    """An op the emulator cannot size or run (no fake kernel): the run stops with a message naming it, its
+    module and the line of the program that called it, unless `--allow-unsupported` (BaseException: a
+    script's `except Exception` must not swallow it and carry on with a made-up output)."""
+
+
 class Recorder(TorchDispatchMode):
     """Records device events of one rank; see the module docstring for the policies."""
 
@@ -99,8 +105,12 @@ class Recorder(TorchDispatchMode):
     supports_higher_order_operators = True
 
     def __init__(self, rank: int, policy: str = "emulate", fake_mode=None, memory=None, stream_id=lambda: 0,
-                 max_iterations: int | None = None, device_type: str = "cuda"):
+                 max_iterations: int | None = None, device_type: str = "cuda", allow_unsupported: bool = False,
+                 program_dir: str | None = None):
         super().__init__()
+        # an op without a fake kernel: stop naming it (default) or record a best guess (--allow-unsupported)
+        self.allow_unsupported = allow_unsupported
+        self.program_dir = program_dir  # the user's program, for the line that called an unsupported op
         self.rank = rank
         self.policy = policy
         self.fake_mode = fake_mode
@@ -472,7 +482,11 @@ class Recorder(TorchDispatchMode):
                 self.memory.see(t, stream)
 
     def _best_guess(self, func, args, kwargs, op, err):
-        """No fake kernel: list the op as unsupported and return an empty output of a plausible shape."""
+        """No fake kernel: stop with a message naming the op, its module and the program's line; with
+        `allow_unsupported`, list the op as unsupported and return an empty output of a plausible shape
+        (its row is flagged `unsupported` and timed by the roofline)."""
+        if not self.allow_unsupported:
+            raise UnsupportedOp(self._unsupported_message(op, err, "the emulator cannot size or run it")) from None
         self.unsupported[op] += 1
         self._unsupported_now = True
         self._noted += 1
@@ -484,8 +498,19 @@ class Recorder(TorchDispatchMode):
             return torch.empty_like(tensors[0])
         if returns and all(str(r.type) == "Tensor" for r in returns) and tensors:
             return tuple(torch.empty_like(tensors[0]) for _ in returns)
-        raise RuntimeError(f"maya: {op} has no fake/meta implementation and its output shape cannot be "
-                           f"guessed; the emulator cannot continue past it ({err})") from err
+        raise UnsupportedOp(self._unsupported_message(op, err, "its output shape cannot be guessed either")) from None
+
+    def _unsupported_message(self, op: str, err: BaseException, why: str) -> str:
+        module, phase = self._module_phase()
+        where = f"module {module}" if module else "no module"
+        if phase == "backward":
+            where = f"the backward of {where}"
+        line = _program_line(self.program_dir)
+        hint = ("; run with --allow-unsupported to record it with a best-guess output and a roofline duration"
+                if not self.allow_unsupported else "")
+        detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        return (f"maya: {op} has no fake (meta) kernel, so {why}: called in {where}"
+                f"{f', at {line}' if line else ''} ({type(err).__name__}: {detail}){hint}")
 
     def emulator_code_until_next_event(self) -> None:
         """The host time from now to the next recorded event is the emulator's, not the program's
@@ -837,6 +862,21 @@ def _flatten(args) -> list:
         else:
             out.append(a)
     return out
+
+
+def _program_line(program_dir: str | None) -> str | None:
+    """`file:line` of the innermost frame of the user's program (under `program_dir`, not an installed
+    package), else of the innermost frame outside torch and maya; None in autograd's backward thread."""
+    import traceback
+
+    frames = traceback.extract_stack()[:-3]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the emulator package
+    outside = [f for f in frames if not f.filename.startswith(here) and "/torch/" not in f.filename
+               and "<frozen" not in f.filename and "runpy" not in f.filename]
+    mine = [f for f in outside if program_dir and f.filename.startswith(program_dir)
+            and "site-packages" not in f.filename]
+    best = (mine or outside or [None])[-1]
+    return f"{best.filename}:{best.lineno} ({best.line})" if best is not None else None
 
 
 def _on_host(args, kwargs, out_tensors) -> bool:

@@ -18,7 +18,7 @@ import torch
 
 from emulator.capture import state
 from emulator.capture.hostgap import HostGapPricing
-from emulator.capture.recorder import Recorder, StopEmulation
+from emulator.capture.recorder import Recorder, StopEmulation, UnsupportedOp
 from emulator.core import hostspeed
 from emulator.core.exitcodes import Exit
 from emulator.core.hardware import GPUSpec
@@ -55,8 +55,12 @@ class Session:
         elif self.policy in ("profile", "time") and torch.cuda.is_available():
             device_type = "cuda"
             stream_id = lambda: int(torch.cuda.current_stream().stream_id)  # noqa: E731
+        program = ns.script or getattr(ns, "module", None)
+        program_dir = str(Path(ns.script).resolve().parent) if ns.script else str(Path.cwd())
         rec = Recorder(ns.rank, policy=self.policy, memory=memory, stream_id=stream_id,
-                       max_iterations=ns.iterations, device_type=device_type)
+                       max_iterations=ns.iterations, device_type=device_type,
+                       allow_unsupported=bool(getattr(ns, "allow_unsupported", False)),
+                       program_dir=program_dir if program else None)
         if self.policy == "emulate":
             rec.fake_mode = make_fake_mode(rec.note_placeholder)
             from emulator.capture import routing
@@ -149,6 +153,8 @@ class Session:
             self.ok = self.stopped = True
         except _ProgramFailed:
             pass
+        except UnsupportedOp as e:  # our own message (op, module, line), not a traceback through torch
+            self.error = str(e)
         except BaseException as e:  # noqa: BLE001 - the program's own failure, reported verbatim
             self.error = _program_traceback()
             self.died_of_oom = isinstance(e, torch.cuda.OutOfMemoryError)

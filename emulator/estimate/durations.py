@@ -64,6 +64,11 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
     if frames:
         allk = pd.concat(frames, ignore_index=True)
         d, s = predict_unique(kernels, allk)
+        guessed = allk["args"].str.contains('"unsupported": true', regex=False).to_numpy()
+        if guessed.any():  # best-guess rows of `--allow-unsupported`: no predictor knows the op
+            d, s = d.copy(), s.copy()
+            d[guessed] = roofline_durations(allk[guessed], spec)
+            s[guessed] = FALLBACK
         i = 0
         for r, rows in owners:
             n = len(rows)

@@ -26,6 +26,7 @@ class EmulationJob:
     profile: bool = False
     timing_only: bool = False  # profile: time iterations, record no trace
     routing: str | None = None  # emulator.core.routing spec (None: the default, balanced)
+    allow_unsupported: bool = False  # ops without a fake kernel: best guess and roofline instead of stopping
     worker: list[str] = field(default_factory=lambda: list(WORKER))  # tests replace the worker program
 
     @property
@@ -59,6 +60,8 @@ class EmulationJob:
             cmd += ["--iterations", str(self.iterations)]
         if self.routing:
             cmd += ["--routing", self.routing]
+        if self.allow_unsupported:
+            cmd.append("--allow-unsupported")
         if self.profile:
             cmd.append("--profile")
             if self.timing_only:

@@ -159,6 +159,8 @@ class Prediction:
     timeline: bool = False  # timeline.json was written
     # emulator.core.routing: the policy that decided router choices and token counts, when the program had any
     routing: str | None = None
+    # ops without a fake kernel recorded with a best guess (`--allow-unsupported`), timed by the roofline
+    unsupported_ops: dict = field(default_factory=dict)
     emulation_failed: dict | None = None  # {rank, error}: the trace stops where the program failed
     warning: str | None = None
 
@@ -222,6 +224,7 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
         steady_iterations=steady,
         host_speed=dict(host_speed or {}),
         routing=(summary.routing or "balanced") if {"topk", "bincount"} & set(summary.placeholders) else None,
+        unsupported_ops=dict(summary.unsupported_ops),
     )
     if summary.ok is False and not pred.oom:
         err = (summary.error or "").strip().splitlines()

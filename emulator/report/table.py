@@ -69,6 +69,10 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     t.add_row("kernels estimated by", str(est.get("kernels")))
     t.add_row("collectives estimated by", str(est.get("collectives")))
     t.add_row("device time learned / fallback", f"{_pct(cov.get('learned'))} / {_pct(cov.get('fallback'))}")
+    if pred.get("unsupported_ops"):
+        ops = pred["unsupported_ops"]
+        t.add_row("ops without a fake kernel (best guess, roofline)",
+                  ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())[:4]) + (" ..." if len(ops) > 4 else ""))
     if pred.get("routing"):
         t.add_row("expert routing (data-dependent sizes)", f"{pred['routing']} (--routing)")
     host = pred.get("host_speed") or {}
