@@ -63,6 +63,7 @@ from emulator.core.ops import (
 )
 from emulator.device.fake_mode import is_wrapper_subclass
 from emulator.distributed.collectives import CollectiveCounter
+from emulator.memory.allocator import PRIVATE_POOL_STREAMS  # a CUDA graph's pool is a stream from here on
 
 _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
                  NotImplementedError)
@@ -74,8 +75,6 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 _RECORD_STREAM = torch.ops.aten.record_stream.default
 _BINCOUNT = torch.ops.aten.bincount.default
 _TOPK = torch.ops.aten.topk.default
-# the caching allocator's pseudo-streams of CUDA-graph memory pools (real stream ids are small)
-GRAPH_POOL_STREAM = 1 << 40
 _clock = time.process_time  # host-gap clock, see the module docstring
 _MISS = object()
 
@@ -592,7 +591,7 @@ class Recorder(TorchDispatchMode):
         allocations outside it."""
         with self._lock:
             self._capture = self.rows.checkpoint()
-            self._alloc_stream = GRAPH_POOL_STREAM + pool
+            self._alloc_stream = PRIVATE_POOL_STREAMS + pool
 
     def end_capture(self, graph_id: int, capture_stream: int) -> list[dict]:
         """The rows of a capture leave the trace (a capture launches nothing) and go to the graph."""

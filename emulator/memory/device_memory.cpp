@@ -68,6 +68,10 @@ struct Block {
 
 using Key = std::tuple<int, int64_t, int64_t>;  // (stream, size, address): best fit is a lower_bound
 
+// Stream keys from here on are CUDA-graph private pools (allocator.py PRIVATE_POOL_STREAMS): their free
+// segments stay reserved through empty_cache and the out-of-memory retry, as a live graph's pool does.
+constexpr int64_t kPrivatePoolStreams = int64_t(1) << 40;
+
 struct OutOfMemory {
   int64_t segment;  // the cudaMalloc that could not be made
 };
@@ -98,6 +102,7 @@ class Allocator {
     if (nbytes <= 0) return 0;
     auto found = streams_.find(stream);
     int sidx = found != streams_.end() ? found->second : (streams_[stream] = static_cast<int>(streams_.size()));
+    if (sidx == static_cast<int>(private_.size())) private_.push_back(stream >= kPrivatePoolStreams);
     const int64_t size = round_size(nbytes);
     const int pool = size <= kSmallSize ? kSmall : kLarge;
     const int off = kOffset[pool];
@@ -150,7 +155,7 @@ class Allocator {
       for (auto it = free_[pool].begin(); it != free_[pool].end();) {
         Block* block = it->second;
         ++it;  // dropping erases the current entry only
-        if (block->prev == nullptr && block->next == nullptr) drop_segment(block);
+        if (block->prev == nullptr && block->next == nullptr && !private_[block->stream]) drop_segment(block);
       }
     }
   }
@@ -169,6 +174,7 @@ class Allocator {
   std::map<Key, Block*> free_[2];
   std::unordered_map<int64_t, Block*> live_;
   std::unordered_map<int64_t, int> streams_;
+  std::vector<bool> private_;  // by stream index: a CUDA-graph private pool (kPrivatePoolStreams)
   int64_t next_addr_ = 1 << 21;
   int64_t next_handle_ = 1;
 
