@@ -101,6 +101,8 @@ class EmulationSummary:
     oom_message: str | None = None
     unsupported_ops: dict[str, int] = field(default_factory=dict)
     placeholders: dict[str, int] = field(default_factory=dict)
+    compiled: dict[str, int] = field(default_factory=dict)  # torch.compile calls Inductor planned (and their modes)
+    eager_fallbacks: dict[str, int] = field(default_factory=dict)  # torch.compile calls run eagerly
     emulation_wall_s: float = 0.0
     ranks_emulated: list[int] = field(default_factory=list)
     rank_map: dict[str, int] = field(default_factory=dict)  # every rank -> the emulated rank whose trace it shares
