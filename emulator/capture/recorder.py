@@ -465,6 +465,21 @@ class Recorder(TorchDispatchMode):
         elif func is _BINCOUNT and self.shadows is not None:
             routing.bincount_values(self.shadows, args, kwargs, out)
 
+    def _host_copy_with_values(self, out):
+        """A copy to the host of device data whose values are known (they came from the host, see
+        `emulator.capture.shadows`) is a real CPU tensor holding them, as on a GPU: library code hands
+        such copies to C++ that reads their memory (Accelerate broadcasts the data loader's generator
+        state and calls `generator.set_state(state.cpu())`). Copies of unknown values stay fake."""
+        if type(out) is not FakeTensor or self.shadows is None or out.fake_device.type != "cpu":
+            return out
+        known = self.shadows.value(out)
+        if known is None:
+            return out
+        real = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype)
+        real.copy_(known)
+        self.real_reads += 1
+        return real
+
     def _see_outputs(self, out, new: list | None = None) -> None:
         """Account for the outputs' device storages; `new`: just the fresh ones with their sizes, when the
         fast path knows (`fastpath.rebuild`)."""
@@ -567,6 +582,8 @@ class Recorder(TorchDispatchMode):
         stream = self.stream_id()
         out, new = self._run_cached(func, args, kwargs, op, keyed)
         self._derive_values(func, args, kwargs, out, kind, keyed)
+        if kind == "memcpy":
+            out = self._host_copy_with_values(out)
         oom = None
         if self.memory is not None:
             try:
@@ -723,6 +740,8 @@ class Recorder(TorchDispatchMode):
         else:
             out = self._run(func, args, kwargs, op, keyed=keyed)
         self._derive_values(func, args, kwargs, out, kind, keyed)
+        if kind == "memcpy":
+            out = self._host_copy_with_values(out)
         if op == "c10d::broadcast_" and self.exchange is not None and self.shadows is not None:
             self._share_broadcast(bound, coll)
         elif op == "c10d::alltoall_base_" and self.shadows is not None:
