@@ -343,6 +343,44 @@ def set_rng_state(new_state, device="cuda") -> None:
     return None
 
 
+class FakeGenerator:
+    """`torch.cuda.default_generators[i]`: fake tensors draw no numbers, so the state API only has to
+    answer consistently (megatron-core's RNG tracker gets and sets every device generator's state,
+    graph-safely too). A CPU build has no CUDA generators (`default_generators` is empty)."""
+
+    def __init__(self, index: int):
+        self.device = torch.device("cuda", index)
+        self._seed = 0
+
+    def manual_seed(self, seed: int) -> FakeGenerator:
+        self._seed = int(seed)
+        return self
+
+    def seed(self) -> int:
+        return self._seed
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def get_state(self) -> torch.Tensor:
+        return get_rng_state()
+
+    def set_state(self, new_state) -> FakeGenerator:
+        return self
+
+    graphsafe_get_state = get_state
+    graphsafe_set_state = set_state
+
+    def clone_state(self) -> FakeGenerator:
+        return FakeGenerator(self.device.index).manual_seed(self._seed)
+
+    def get_offset(self) -> int:
+        return 0
+
+    def set_offset(self, offset: int) -> FakeGenerator:
+        return self
+
+
 # ---- NVTX: ranges become marker rows ----
 
 class _Nvtx:
@@ -509,6 +547,7 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
     }
     for name, fn in patches.items():
         setattr(cuda, name, fn)
+    cuda.default_generators = tuple(FakeGenerator(i) for i in range(int(device_count)))
     cuda._initialized = True
     import torch.cuda.memory as cmem
     for name in ("memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",

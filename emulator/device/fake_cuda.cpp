@@ -9,7 +9,8 @@
 //   3. pinned host memory (tracked CPU memory) and a host-clock DDP timer for CUDA;
 //   4. a CUDA `_fused_sdp_choice` kernel that picks flash / mem-efficient / math like the
 //      target's compute capability would (and honours `torch.backends.cuda.sdp_kernel` toggles);
-//   5. a CUDA `record_stream` kernel that does nothing (see `fake_record_stream`).
+//   5. a CUDA `record_stream` kernel that does nothing (see `fake_record_stream`), and a CUDA
+//      `_local_scalar_dense` that reads the documented placeholder (see `fake_local_scalar_dense`).
 // It must be loaded before `import torch` (getCUDAHooks() caches the first answer). On a CUDA
 // build, boot.py preloads libtorch (and with it libtorch_cuda, whose real guard and SDPA chooser
 // would call the CUDA driver) first; our registrations come after and replace them. See
@@ -309,6 +310,8 @@ PyObject* seal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+PyObject* scalar_placeholders(PyObject*, PyObject* const* args, Py_ssize_t nargs);  // below, with its kernel
+
 PyMethodDef g_device_methods[] = {
     MAYA_FASTCALL("device_in_cpp", device_in_cpp, "device() of this fake tensor answered in C++"),
     MAYA_FASTCALL("device_in_python", device_in_python, "device() of this fake tensor asked in Python again"),
@@ -316,6 +319,7 @@ PyMethodDef g_device_methods[] = {
     MAYA_FASTCALL("meta_view", meta_view, "a meta tensor over base's storage"),
     MAYA_FASTCALL("seal", seal, "a new fake tensor's storage guards data_ptr writes; device in C++ for index >= 0"),
     MAYA_FASTCALL("python_dispatch", python_dispatch, "FakeTensor's dispatch arrangement on (True) or off"),
+    MAYA_FASTCALL("scalar_placeholders", scalar_placeholders, "device scalars read in C++ as the placeholder"),
 };
 
 // The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
@@ -357,7 +361,30 @@ int64_t fake_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tens
 // which would hand a fake storage to the CUDA caching allocator.
 void fake_record_stream(at::Tensor& /*self*/, at::Stream /*stream*/) {}
 
-TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("record_stream", &fake_record_stream); }
+// `.item()` of a device scalar with Python dispatch off, so the recorder never sees it: `torch.tensor`
+// of a list of device scalars reads each in C++ below the Python keys (megatron-core's local
+// multi-tensor l2 norm: `torch.tensor([torch.norm(t) for t in ...])`), and a CPU build has no CUDA
+// kernel for it. A fake tensor has no value: the documented placeholder (0 / 0.0 / False, see
+// emulator/device/fake_mode.py), counted (`scalar_placeholders`).
+std::atomic<int64_t> g_scalar_placeholders{0};
+
+at::Scalar fake_local_scalar_dense(const at::Tensor& self) {
+  g_scalar_placeholders.fetch_add(1);
+  const auto type = self.scalar_type();
+  if (type == at::kBool) return at::Scalar(false);
+  if (at::isFloatingType(type) || at::isComplexType(type)) return at::Scalar(0.0);
+  return at::Scalar(static_cast<int64_t>(0));
+}
+
+PyObject* scalar_placeholders(PyObject*, PyObject* const* /*args*/, Py_ssize_t nargs) {
+  if (!maya_builtins::check_args(nargs, 0, "scalar_placeholders()")) return nullptr;
+  return PyLong_FromLongLong(g_scalar_placeholders.load());
+}
+
+TORCH_LIBRARY_IMPL(aten, CUDA, m) {
+  m.impl("record_stream", &fake_record_stream);
+  m.impl("_local_scalar_dense", &fake_local_scalar_dense);
+}
 
 C10_REGISTER_GUARD_IMPL(CUDA, FakeCUDAGuard);
 
