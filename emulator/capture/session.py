@@ -207,7 +207,7 @@ class Session:
             peak_allocated=peak_alloc, peak_reserved=peak_res, iterations=rec.steps,
             stopped_by_iterations=self.stopped, n_events=len(rec.rows),
             event_kinds=dict(Counter(rec.rows.cols["kind"])), work_hash=rec.rows.work_hash(), groups=fake_pg.groups(),
-            unsupported_ops=dict(rec.unsupported), placeholders=dict(rec.placeholders),
+            unsupported_ops=dict(rec.unsupported), placeholders=self._placeholders(),
             real_value_reads=rec.real_reads, eager_fallbacks=dict(self.eager_fallbacks),
             compiled=dict(self.compiled), wall_s=wall,
             iteration_wall_s=rec.iteration_wall_s, iteration_cpu_s=rec.iteration_cpu_s,
@@ -215,6 +215,20 @@ class Session:
             host_speed=getattr(self, "host_speed", None),
             fast_path={"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
             routing=RoutingPolicy.parse(getattr(ns, "routing", None)).spec if self.policy == "emulate" else None))
+
+
+    def _placeholders(self) -> dict[str, int]:
+        """The recorder's placeholder reads, and the device library's (`.item()` reached with Python
+        dispatch off, e.g. `torch.tensor` of device scalars: see fake_cuda.cpp)."""
+        out = dict(self.recorder.placeholders)
+        if self.policy == "emulate":
+            from emulator.device import boot
+
+            functions = boot.device_functions()
+            n = functions["scalar_placeholders"]() if functions and "scalar_placeholders" in functions else 0
+            if n:
+                out["item_in_cpp"] = int(n)
+        return out
 
 
 _HOST_SPEED_RUN = {"repeats": 3, "steps": 10}  # ~0.1 s each time rank 0 measures (hardware inventories take longer)
