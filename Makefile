@@ -6,7 +6,10 @@ STAMP   := $(VENV)/.installed
 GPU     ?= cpu
 export MAYA_WAREHOUSE ?= $(CURDIR)/warehouse
 
-.PHONY: setup test test-fast lint demo calibrate dagster mlflow bench validate evaluate search-eval clean
+FRAMEWORKS     := tests/integration/frameworks
+FRAMEWORKS_STAMP := $(VENV)/.frameworks-installed
+
+.PHONY: setup test test-fast test-frameworks lint demo calibrate dagster mlflow bench validate evaluate search-eval clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -19,10 +22,18 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)          ## create .venv and install maya with its dependencies
 
 test: $(STAMP)           ## the whole suite, unit then integration tests (CPU only, no GPU needed)
-	$(BIN)/python -m pytest -q -x --durations=15 tests/unit tests/integration
+	$(BIN)/python -m pytest -q -x --durations=15 tests/unit tests/integration $(PYTEST_ARGS)
 
 test-fast: $(STAMP)      ## the unit tests alone: no worker processes, no examples (under 2 minutes)
 	$(BIN)/python -m pytest -q -x tests/unit
+
+$(FRAMEWORKS_STAMP): $(STAMP) $(FRAMEWORKS)/requirements.txt $(FRAMEWORKS)/constraints.txt
+	@# pinned framework versions that work with the torch pin; the constraints file keeps pip from replacing torch
+	$(BIN)/pip install -q -c $(FRAMEWORKS)/constraints.txt -r $(FRAMEWORKS)/requirements.txt
+	touch $(FRAMEWORKS_STAMP)
+
+test-frameworks: $(FRAMEWORKS_STAMP)  ## install DeepSpeed, Accelerate, Lightning, megatron-core, Triton...; one program per framework
+	$(BIN)/python -m pytest -q -x --durations=0 $(FRAMEWORKS)
 
 lint: $(STAMP)           ## ruff over the project, and the import layers (import-linter contracts in pyproject.toml)
 	$(BIN)/ruff check emulator maya_models pipelines tests examples

@@ -49,6 +49,27 @@ def _program(script: str | None, module: str | None,
     return script, module, list(args or [])
 
 
+def _routing(spec: str | None) -> str | None:
+    """The routing policy's canonical form (a trace file's absolute path), or exit naming the problem."""
+    from emulator.core.routing import RoutingPolicy, RoutingPolicyError
+
+    if spec is None:
+        return None
+    try:
+        return RoutingPolicy.parse(spec).spec
+    except RoutingPolicyError as e:
+        _console().print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+
+
+_ROUTING_HELP = ("expert choices where the device cannot know them: balanced (default), zipf:S (skewed loads), "
+                 "trace:FILE (measured per-layer loads)")
+
+
+_UNSUPPORTED_HELP = ("an op the emulator cannot size or run: record a best-guess output timed by the roofline "
+                     "and count it, instead of stopping")
+
+
 def _gpu(key: str):
     from emulator.core.hardware import UnknownGPUError, get_gpu
 
@@ -97,6 +118,8 @@ def emulate(
     out: Path = typer.Option(Path("out"), "--out", help="output folder for the trace"),
     dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once"),
     jobs: int = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)"),
+    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
+    allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
 ):
     """Run the program on an emulated GPU cluster and write a trace per rank."""
     from emulator.launch.emulate import run_emulation
@@ -105,7 +128,7 @@ def emulate(
     script, module, argv = _program(script, module, args)
     summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
                        nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=out, dedup=dedup,
-                       jobs=jobs)
+                       jobs=jobs, routing=_routing(routing), allow_unsupported=allow_unsupported)
     raise typer.Exit(summary.outcome())
 
 
@@ -205,6 +228,8 @@ def predict(
     roofline_only: bool = typer.Option(False, "--roofline-only",
                                        help="time every op with the labelled analytical fallback (no predictors)"),
     debug: bool = _DEBUG,
+    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
+    allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launch.emulate import run_emulation
@@ -214,7 +239,7 @@ def predict(
     _check_predictors(spec, roofline_only)
     summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
                        nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=out, dedup=dedup,
-                       jobs=jobs)
+                       jobs=jobs, routing=_routing(routing), allow_unsupported=allow_unsupported)
     if summary.outcome() not in (Exit.OK, Exit.OOM):  # an OOM run is still simulated: its memory is the answer
         raise typer.Exit(summary.outcome())
     raise typer.Exit(run_simulation(out, debug=debug, **_simulate_options(

@@ -176,9 +176,9 @@ def install(device_functions: dict | None = None) -> None:
         _device_in_cpp, _device_in_python = device_functions["device_in_cpp"], device_functions["device_in_python"]
         _meta_empty, _meta_view, _seal = (device_functions["meta_empty"], device_functions["meta_view"],
                                           device_functions["seal"])
-    if getattr(FakeTensor, "_maya_data_setter", False):
+    if getattr(torch.Tensor, "_maya_data_setter", False):
         return
-    base = torch._C.TensorBase.data
+    base = torch.Tensor.data  # torch's, or the device layer's that wraps it (emulator.device.fake_mode)
 
     def set_data(self, value):
         for t in (self, value):  # set_data copies the device fields too: both back to Python first
@@ -186,8 +186,9 @@ def install(device_functions: dict | None = None) -> None:
                 forget_signatures((t,))
         base.__set__(self, value)
 
-    FakeTensor.data = property(base.__get__, set_data, doc=base.__doc__)
-    FakeTensor._maya_data_setter = True
+    # on Tensor, not FakeTensor: a host tensor given fake data (`param.data = fake`) copies its fields too
+    torch.Tensor.data = property(base.__get__, set_data, doc=base.__doc__)
+    torch.Tensor._maya_data_setter = True
 
     call = HigherOrderOperator.__call__
 

@@ -82,6 +82,17 @@ class ModuleStack:
         finally:
             self._paused = False
 
+    def pause(self) -> None:
+        """Hooks off while Dynamo traces a compiled function (it would trace them into the graph)."""
+        self._paused_handles, self._handles = self._handles, []
+        for h in self._paused_handles:
+            h.remove()
+
+    def resume(self) -> None:
+        if getattr(self, "_paused_handles", None):
+            self._paused_handles = []
+            self.__enter__()
+
     def current(self, backward: bool) -> str:
         st = self._stack()
         if st:

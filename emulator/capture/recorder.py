@@ -30,6 +30,7 @@ Modes (`Recorder.policy`):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -49,13 +50,21 @@ from torch._subclasses.fake_tensor import (
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from emulator.capture import fastpath, signature, tensor_kinds
+from emulator.capture import fastpath, routing, signature, tensor_kinds
 from emulator.capture.modules import ModuleStack
 from emulator.capture.shadows import VALUE_SOURCES, Shadows
 from emulator.capture.trace_rows import TraceRows
-from emulator.core.ops import HOST_DEVICE_COPY_OPS, canonical_op, dtype_bytes, flops_and_bytes, is_view_op
+from emulator.core.ops import (
+    HOST_DEVICE_COPY_OPS,
+    canonical_op,
+    collective_name,
+    dtype_bytes,
+    flops_and_bytes,
+    is_view_op,
+)
 from emulator.device.fake_mode import is_wrapper_subclass
 from emulator.distributed.collectives import CollectiveCounter
+from emulator.memory.allocator import PRIVATE_POOL_STREAMS  # a CUDA graph's pool is a stream from here on
 
 _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
                  NotImplementedError)
@@ -64,6 +73,13 @@ _LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
 # A barrier is a collective the job blocks on whatever its token tensor's device (torch makes a CPU one
 # for a fake group, NCCL a device one): always recorded.
 _BARRIER = "c10d::barrier"
+
+# launches nothing; tells the caching allocator to hold a block for a stream, which the allocator
+# model does not do. FakeTensorMode has no rule for it (its Stream argument), so it stops here
+# (DeepSpeed ZeRO-3 frees parameters with `param.data.record_stream(stream)`)
+_RECORD_STREAM = torch.ops.aten.record_stream.default
+_BINCOUNT = torch.ops.aten.bincount.default
+_TOPK = torch.ops.aten.topk.default
 _clock = time.process_time  # host-gap clock, see the module docstring
 HOST_SPEED_PROBE = {"repeats": 2, "steps": 3}  # a few tens of ms between two iterations
 _MISS = object()
@@ -74,22 +90,32 @@ class StopEmulation(BaseException):
     `except Exception` must not swallow it)."""
 
 
+class UnsupportedOp(BaseException):
+    """An op the emulator cannot size or run (no fake kernel): the run stops with a message naming it, its
+    module and the line of the program that called it, unless `--allow-unsupported` (BaseException: a
+    script's `except Exception` must not swallow it and carry on with a made-up output)."""
+
+
 class Recorder(TorchDispatchMode):
     """Records device events of one rank; see the module docstring for the policies."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._dynamo's `disable`, a
-        # Python wrapper that costs ~10 us per dispatch (several dispatches per recorded op). The
-        # session runs torch.compile eagerly, so Dynamo never traces and the wrapper only costs.
+        # Python wrapper that costs ~10 us per dispatch (several dispatches per recorded op). Dynamo
+        # never traces under this mode (emulator.capture.compile turns it off first), so it only costs.
         return False
 
     # FlexAttention and other higher-order ops come through __torch_dispatch__ (see _record_higher_order)
     supports_higher_order_operators = True
 
     def __init__(self, rank: int, policy: str = "emulate", fake_mode=None, memory=None, stream_id=lambda: 0,
-                 max_iterations: int | None = None, device_type: str = "cuda"):
+                 max_iterations: int | None = None, device_type: str = "cuda", allow_unsupported: bool = False,
+                 program_dir: str | None = None):
         super().__init__()
+        # an op without a fake kernel: stop naming it (default) or record a best guess (--allow-unsupported)
+        self.allow_unsupported = allow_unsupported
+        self.program_dir = program_dir  # the user's program, for the line that called an unsupported op
         self.rank = rank
         self.policy = policy
         self.fake_mode = fake_mode
@@ -149,6 +175,12 @@ class Recorder(TorchDispatchMode):
         # real values of small device tensors whose data came from the host (read by .item() and friends)
         self.shadows = Shadows(self.note_placeholder) if policy == "emulate" else None
         self.real_reads = 0  # device scalars read with their real value (see emulator.capture.shadows)
+        # emulator.distributed.objects' exchange between the ranks of this emulation (set by the session):
+        # host-known values of a broadcast travel through it (see _share_broadcast)
+        self.exchange = None
+        self._capture = None  # the trace checkpoint where a CUDA graph capture began
+        self._alloc_stream = None  # during a capture: the graph's memory pool (see begin_capture)
+        self.graph_replays = 0
         self._measure = policy == "profile"
         self._probing_host = False
         # s_per_op of the host-speed workload measured at the start and after each iteration (emulate only)
@@ -238,6 +270,11 @@ class Recorder(TorchDispatchMode):
         if self.in_optimizer:
             return module, "optimizer"
         return module, ("forward" if module else "other")
+
+    def note_known_value(self) -> None:
+        """A data-dependent size came from values known on the host (emulator.capture.routing)."""
+        self.real_reads += 1
+        self._noted += 1  # not cached: another call with the same metadata may hold other values
 
     def note_placeholder(self, kind: str) -> None:
         self.placeholders[kind] += 1
@@ -332,6 +369,8 @@ class Recorder(TorchDispatchMode):
 
     def _dispatch(self, func, args, kwargs):
         self.crossings += 1
+        if func is _RECORD_STREAM:
+            return None
         if func is _LOCAL_SCALAR and type(args[0]) is torch.Tensor and not args[0].is_cuda:
             return func(*args)  # `.item()` of a host tensor (an optimizer's step count): no device event
         t_enter = _clock()
@@ -368,7 +407,15 @@ class Recorder(TorchDispatchMode):
                 return func(*args, **kwargs)
         if op == "aten::_local_scalar_dense":
             if args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cuda":
-                return func(*args, **kwargs)  # reading a host value: no device event
+                # reading a host value: no device event. A fake host tensor (a device tensor's
+                # `.cpu()`) reads the value its data came with, as `_scalar_read` does (DeepSpeed
+                # ZeRO-3 checks module order across ranks with `t.cpu().item()` of a broadcast)
+                known = self.shadows.value(args[0]) if self.shadows is not None \
+                    and isinstance(args[0], FakeTensor) else None
+                if known is not None:
+                    self.real_reads += 1
+                    return known.item()
+                return func(*args, **kwargs)
             return self._scalar_read(func, args, kwargs, t_enter)
         if op == "_c10d_functional::_wrap_tensor_autograd":
             # Its real kernel wraps the collective's output in an AsyncCollectiveTensor whose first
@@ -455,25 +502,49 @@ class Recorder(TorchDispatchMode):
     def _derive_values(self, func, args, kwargs, out, kind: str, keyed=None) -> None:
         """Keep real values flowing from host data (a copy to the device, ops on such tensors)."""
         if self.shadows is not None and (self.shadows.storages or kind == "memcpy" or id(func) in VALUE_SOURCES):
-            self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None)
+            self.shadows.after(func, args, kwargs, out, keyed[1] if keyed is not None and keyed[1] else None,
+                               resolve=kind == "memcpy")
+        if func is _TOPK and self.shadows is not None:
+            routing.topk_values(self.shadows, args, kwargs, out)
+        elif func is _BINCOUNT and self.shadows is not None:
+            routing.bincount_values(self.shadows, args, kwargs, out)
+
+    def _host_copy_with_values(self, out):
+        """A copy to the host of device data whose values are known (they came from the host, see
+        `emulator.capture.shadows`) is a real CPU tensor holding them, as on a GPU: library code hands
+        such copies to C++ that reads their memory (Accelerate broadcasts the data loader's generator
+        state and calls `generator.set_state(state.cpu())`). Copies of unknown values stay fake."""
+        if type(out) is not FakeTensor or self.shadows is None or out.fake_device.type != "cpu":
+            return out
+        known = self.shadows.value(out)
+        if known is None:
+            return out
+        real = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype)
+        real.copy_(known)
+        self.real_reads += 1
+        return real
 
     def _see_outputs(self, out, new: list | None = None) -> None:
         """Account for the outputs' device storages; `new`: just the fresh ones with their sizes, when the
         fast path knows (`fastpath.rebuild`)."""
         if new is not None:
             if new:
-                stream = self.stream_id()
+                stream = self.stream_id() if self._alloc_stream is None else self._alloc_stream
                 for t, nbytes in new:
                     if nbytes is not None:  # None: a fake host tensor
                         self.memory.see_fresh(t, nbytes, stream)
             return
-        stream = self.stream_id()
+        stream = self.stream_id() if self._alloc_stream is None else self._alloc_stream
         for t in signature.outputs(out)[2]:
             if t.device.type == "cuda" and not is_wrapper_subclass(t):
                 self.memory.see(t, stream)
 
     def _best_guess(self, func, args, kwargs, op, err):
-        """No fake kernel: list the op as unsupported and return an empty output of a plausible shape."""
+        """No fake kernel: stop with a message naming the op, its module and the program's line; with
+        `allow_unsupported`, list the op as unsupported and return an empty output of a plausible shape
+        (its row is flagged `unsupported` and timed by the roofline)."""
+        if not self.allow_unsupported:
+            raise UnsupportedOp(self._unsupported_message(op, err, "the emulator cannot size or run it")) from None
         self.unsupported[op] += 1
         self._unsupported_now = True
         self._noted += 1
@@ -485,8 +556,19 @@ class Recorder(TorchDispatchMode):
             return torch.empty_like(tensors[0])
         if returns and all(str(r.type) == "Tensor" for r in returns) and tensors:
             return tuple(torch.empty_like(tensors[0]) for _ in returns)
-        raise RuntimeError(f"maya: {op} has no fake/meta implementation and its output shape cannot be "
-                           f"guessed; the emulator cannot continue past it ({err})") from err
+        raise UnsupportedOp(self._unsupported_message(op, err, "its output shape cannot be guessed either")) from None
+
+    def _unsupported_message(self, op: str, err: BaseException, why: str) -> str:
+        module, phase = self._module_phase()
+        where = f"module {module}" if module else "no module"
+        if phase == "backward":
+            where = f"the backward of {where}"
+        line = _program_line(self.program_dir)
+        hint = ("; run with --allow-unsupported to record it with a best-guess output and a roofline duration"
+                if not self.allow_unsupported else "")
+        detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        return (f"maya: {op} has no fake (meta) kernel, so {why}: called in {where}"
+                f"{f', at {line}' if line else ''} ({type(err).__name__}: {detail}){hint}")
 
     def emulator_code_until_next_event(self) -> None:
         """The host time from now to the next recorded event is the emulator's, not the program's
@@ -544,6 +626,8 @@ class Recorder(TorchDispatchMode):
         stream = self.stream_id()
         out, new = self._run_cached(func, args, kwargs, op, keyed)
         self._derive_values(func, args, kwargs, out, kind, keyed)
+        if kind == "memcpy":
+            out = self._host_copy_with_values(out)
         oom = None
         if self.memory is not None:
             try:
@@ -565,6 +649,82 @@ class Recorder(TorchDispatchMode):
         self.rows.add(kind="marker", op="maya::out_of_memory", stream=stream, iteration=self.iteration,
                       module=module, phase=phase, args=json.dumps({"op": op}), host_gap_s=gap, mem=self._mem())
         self._t_last = _clock()
+
+    # ------------------------------------------------------------------ CUDA graphs (cuda_shim.FakeCUDAGraph)
+    def begin_capture(self, graph_id: int, pool: int) -> None:
+        """A capture begins: what it records goes to the graph; what it allocates comes from `pool`.
+
+        The graph's private memory pool is a pseudo-stream of the caching allocator: the allocator
+        reuses a block only on its own stream, so blocks freed inside the capture stay reserved for
+        the graph (and graphs sharing a pool), as CUDA's private pools do, and are never handed to
+        allocations outside it."""
+        with self._lock:
+            self._capture = self.rows.checkpoint()
+            self._alloc_stream = PRIVATE_POOL_STREAMS + pool
+
+    def end_capture(self, graph_id: int, capture_stream: int) -> list[dict]:
+        """The rows of a capture leave the trace (a capture launches nothing) and go to the graph."""
+        with self._lock:
+            point = self._capture
+            self._capture = self._alloc_stream = None
+            cols = self.rows.cols
+            names = [c for c in cols if c not in ("rank", "seq")]
+            captured = [{c: cols[c][i] for c in names} for i in range(point[0], len(self.rows))]
+            self.rows.rollback(point)
+            # their gaps must not be re-priced onto the rows that take their places (`reprice`)
+            self.gap_parts = [part for part in self.gap_parts if part[0] < point[0]]
+        self.sync_event("marker", "cuda::graph_capture", capture_stream,
+                        args={"graph": graph_id, "rows": len(captured)})
+        return captured
+
+    def replay_capture(self, graph_id: int, rows: list[dict], capture_stream: int) -> None:
+        """One replay: the captured rows again, launched by one host call (`graph_replay`, the simulator
+        charges one launch), on the stream current now (rows captured on another stream keep it), in
+        this iteration and phase. Collectives and p2p ops get fresh sequence numbers (each replay issues
+        them anew) and the waits inside the graph follow them."""
+        t0 = _clock()
+        with self._lock:
+            gap = self._gap(t0)
+            stream = self.stream_id()
+            module, phase = self._module_phase()
+            self.graph_replays += 1
+            renumbered: dict[tuple, int] = {}
+            for i, r in enumerate(rows):
+                row = dict(r)
+                mem = (row.pop("mem_allocated"), row.pop("mem_reserved"))
+                if row["kind"] in ("collective", "p2p") and row["coll_seq"] is not None:
+                    name = collective_name(row["op"])
+                    key = f"{row['group']}|{name}|{row['peer']}" if row["kind"] == "p2p" else row["group"]
+                    old, row["coll_seq"] = row["coll_seq"], self.collectives.next(key)
+                    renumbered[(row["group"], name if row["kind"] == "p2p" else None, row["peer"], old)] = \
+                        row["coll_seq"]
+                elif row["kind"] == "event_wait" and row["coll_seq"] is not None:
+                    name = collective_name(row["waits_for"]) if row["waits_for"] else None
+                    p2p = name in ("send", "recv")
+                    row["coll_seq"] = renumbered.get((row["group"], name if p2p else None,
+                                                      row["peer"] if p2p else None, row["coll_seq"]), row["coll_seq"])
+                row.update(iteration=self.iteration, phase=phase, module=row["module"] or module,
+                           stream=stream if row["stream"] == capture_stream else row["stream"],
+                           host_gap_s=gap if i == 0 else 0.0, graph_replay=self.graph_replays)
+                self.rows.add(mem=mem, **row)
+            self._t_last = _clock()
+
+    def record_launch(self, op: str, tensors: list, args: dict, flops: float | None = None,
+                      nbytes: float | None = None) -> None:
+        """A kernel launched outside the dispatcher (a compiled graph's Triton kernel, emulator.capture.compile):
+        one kernel row over its tensor arguments; `nbytes` unknown: their sizes (an upper bound)."""
+        t0 = _clock()
+        with self._lock:
+            gap = self._gap(t0)
+            module, phase = self._module_phase()
+            if nbytes is None:
+                nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
+            self.rows.add(kind="kernel", op=op, stream=self.stream_id(), iteration=self.iteration, module=module,
+                          phase=phase, shapes=[list(t.shape) for t in tensors],
+                          dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
+                          strides=[list(t.stride()) for t in tensors], args=json.dumps(args), flops=flops,
+                          bytes=nbytes, host_gap_s=gap, mem=self._mem())
+            self._t_last = _clock()
 
     def _record_higher_order(self, func, args, kwargs, t_enter):
         """A higher-order op (FlexAttention forward/backward): one kernel row over its tensor inputs.
@@ -634,7 +794,15 @@ class Recorder(TorchDispatchMode):
         else:
             out = self._run(func, args, kwargs, op, keyed=keyed)
         self._derive_values(func, args, kwargs, out, kind, keyed)
+        if kind == "memcpy":
+            out = self._host_copy_with_values(out)
+        if op == "c10d::broadcast_" and self.exchange is not None and self.shadows is not None:
+            self._share_broadcast(bound, coll)
+        elif op == "c10d::alltoall_base_" and self.shadows is not None:
+            routing.all_to_all_values(self.shadows, bound, coll.get("group_ranks") or [], self.rank)
         out_shapes, out_dtypes, out_tensors = signature.outputs(out)
+        if kind == "kernel" and self.policy == "emulate" and _on_host(args, kwargs, out_tensors):
+            kind = "host_op"
         if self.memory is not None:
             try:
                 self._see_outputs(out)
@@ -663,7 +831,7 @@ class Recorder(TorchDispatchMode):
                       shapes=shapes, dtypes=dtypes, strides=strides, args=jargs,
                       out_shapes=out_shapes, out_dtypes=out_dtypes, flops=flops, bytes=nbytes, host_gap_s=gap,
                       mem=self._mem(), duration_s=duration, placeholder=self._placeholder_now, **coll)
-        cacheable = kind in ("kernel", "memcpy") and set(coll) <= {"blocking"}  # no collective fields
+        cacheable = kind in ("kernel", "memcpy", "host_op") and set(coll) <= {"blocking"}  # no collective fields
         if keyed is not None and cacheable and not self._placeholder_now \
                 and not self._unsupported_now and self._out_specs.get(keyed[0]) is not None:
             # foreach ops are keyed without float values: their args (None here) are rebuilt per call
@@ -683,6 +851,32 @@ class Recorder(TorchDispatchMode):
         return info.kind, dict(group=info.group, group_ranks=info.group_ranks, coll_seq=info.coll_seq,
                                coll_bytes=info.coll_bytes, peer=info.peer, async_op=info.async_op,
                                _functional=op.startswith(("_c10d_functional::", "c10d_functional::")))
+
+    def _share_broadcast(self, bound: dict, coll: dict) -> None:
+        """A broadcast of device tensors whose values came from the host: the other ranks get the root's.
+
+        Why: programs broadcast small host-made tensors and read them back to agree across ranks
+        (DeepSpeed ZeRO-3 checks that every rank traces the same module order, with rank 0's list
+        length broadcast and `.item()`-read; seeds, data indices). Without the root's values each
+        rank read its own, and a rank that is not the root (DeepSpeed sends -1 from those) failed
+        the check a GPU run passes. The values travel as objects do (emulator.distributed.objects):
+        a rank waiting for the root tells the launcher to run the group's ranks side by side.
+        Tensors without values (activations, anything computed on the device) are left alone."""
+        tensors = bound.get("tensors") or []
+        values = [self.shadows.value(t, resolve=False) if isinstance(t, FakeTensor) else None for t in tensors]
+        ranks = coll.get("group_ranks") or []
+        if not values or any(v is None for v in values) or not ranks:
+            return
+        root = ranks[int(bound.get("root_rank", 0))]
+        channel = f"tbcast.{coll['group']}.{root}"
+        if self.rank == root:
+            self.exchange.put(channel, [v.clone() for v in values])
+            return
+        # fetched only when read: DDP broadcasts every (host-initialised) parameter at start-up, and
+        # waiting for those would make every rank of every DDP program wait for rank 0
+        fetch = self.exchange.later(channel, root)
+        for i, (t, mine) in enumerate(zip(tensors, values, strict=True)):
+            self.shadows.expect(t, functools.partial(_received, fetch, i, mine))
 
     def _maybe_memcpy(self, op, bound, kwargs):
         """Copies between host and device are memcpy rows (`memcpy::h2d` / `memcpy::d2h`)."""
@@ -726,6 +920,14 @@ class Recorder(TorchDispatchMode):
             return value
 
 
+def _received(fetch, i: int, mine: torch.Tensor) -> torch.Tensor:
+    """Tensor i of a broadcast from the root, laid over this rank's shadow storage of it (`mine`, a view)."""
+    theirs = fetch()[i]
+    flat = mine._base.clone() if mine._base is not None else mine.clone().view(-1)
+    flat.as_strided(mine.shape, mine.stride(), mine.storage_offset()).copy_(theirs)
+    return flat
+
+
 def _flatten(args) -> list:
     out = []
     for a in args:
@@ -734,6 +936,34 @@ def _flatten(args) -> list:
         else:
             out.append(a)
     return out
+
+
+def _program_line(program_dir: str | None) -> str | None:
+    """`file:line` of the innermost frame of the user's program (under `program_dir`, not an installed
+    package), else of the innermost frame outside torch and maya; None in autograd's backward thread."""
+    import traceback
+
+    frames = traceback.extract_stack()[:-3]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the emulator package
+    outside = [f for f in frames if not f.filename.startswith(here) and "/torch/" not in f.filename
+               and "<frozen" not in f.filename and "runpy" not in f.filename]
+    mine = [f for f in outside if program_dir and f.filename.startswith(program_dir)
+            and "site-packages" not in f.filename]
+    best = (mine or outside or [None])[-1]
+    return f"{best.filename}:{best.lineno} ({best.line})" if best is not None else None
+
+
+def _on_host(args, kwargs, out_tensors) -> bool:
+    """Every fake tensor of a call is a fake *host* tensor: a device tensor's copy to the host, such as
+    FSDP1's CPU-offloaded parameters and their optimizer states. On the real machine the host's CPU
+    runs the op (a `host_op` row, timed on the host), not a GPU stream."""
+    seen = False
+    for t in (*_flatten(args), *_flatten(list(kwargs.values())), *out_tensors):
+        if isinstance(t, FakeTensor):
+            if t.fake_device.type != "cpu":
+                return False
+            seen = True
+    return seen
 
 
 def _missing_kernel(e: BaseException) -> bool:

@@ -21,10 +21,11 @@ import torch
 
 from emulator.capture import state
 from emulator.capture.hostgap import HostGapPricing
-from emulator.capture.recorder import Recorder, StopEmulation
+from emulator.capture.recorder import Recorder, StopEmulation, UnsupportedOp
 from emulator.core import hostspeed
 from emulator.core.exitcodes import Exit
 from emulator.core.hardware import GPUSpec
+from emulator.core.routing import RoutingPolicy
 from emulator.trace.io import write_rank_summary, write_rank_trace
 from emulator.trace.summaries import RankSummary
 
@@ -58,10 +59,18 @@ class Session:
         elif self.policy in ("profile", "time") and torch.cuda.is_available():
             device_type = "cuda"
             stream_id = lambda: int(torch.cuda.current_stream().stream_id)  # noqa: E731
+        program = ns.script or getattr(ns, "module", None)
+        program_dir = str(Path(ns.script).resolve().parent) if ns.script else str(Path.cwd())
         rec = Recorder(ns.rank, policy=self.policy, memory=memory, stream_id=stream_id,
-                       max_iterations=ns.iterations, device_type=device_type)
+                       max_iterations=ns.iterations, device_type=device_type,
+                       allow_unsupported=bool(getattr(ns, "allow_unsupported", False)),
+                       program_dir=program_dir if program else None)
         if self.policy == "emulate":
             rec.fake_mode = make_fake_mode(rec.note_placeholder)
+            from emulator.capture import routing
+
+            routing.install(RoutingPolicy.parse(getattr(ns, "routing", None)), rec.shadows.value,
+                            rec.note_placeholder, rec.note_known_value, lambda: rec.iteration)
             cuda_shim.install(self.spec, ns.local_world_size, rec)
             cuda_shim.set_device(0)
             memory.install_resize_hook(stream_id)
@@ -81,22 +90,30 @@ class Session:
         if not measuring:
             from emulator.distributed import objects
 
-            objects.install(ns.out, ns.rank)
+            rec.exchange = objects.install(ns.out, ns.rank)
             from emulator.distributed import pipelining
 
             pipelining.install()
-        self._install_compile_fallback()
+        self._install_compile(rec)
         if self.policy == "emulate":
             _install_metadata_probe_guard(rec)
         state.set_recorder(rec)
         return rec
 
-    def _install_compile_fallback(self) -> None:
-        """torch.compile does not compile under a dispatch mode; say so instead of pretending.
+    def _install_compile(self, rec: Recorder) -> None:
+        """torch.compile: Inductor's plan for the emulated GPU where it can be made (emulator.capture.compile,
+        counted under `compiled`); otherwise say so instead of pretending.
 
-        The model runs eagerly (unfused ops are recorded) and the summary counts the calls under
-        `eager_fallbacks`, so a prediction for a compiled model is known to be pessimistic."""
+        Without Triton (or with MAYA_COMPILE=eager, or on the cpu target) compiled functions run
+        eagerly (unfused ops are recorded) and the summary counts the calls under `eager_fallbacks`,
+        so a prediction for a compiled model is known to be pessimistic."""
         self.eager_fallbacks: Counter[str] = Counter()
+        self.compiled: Counter[str] = Counter()
+        from emulator.capture import compile as inductor
+
+        if self.policy == "emulate" and inductor.available():
+            inductor.install(rec, self.compiled)
+            return
         original = torch.compile
 
         def eager_compile(model=None, *args, **kwargs):
@@ -145,6 +162,8 @@ class Session:
         except KeyboardInterrupt:
             self.interrupted = True
             self.error = "interrupted (Ctrl-C / SIGTERM)"
+        except UnsupportedOp as e:  # our own message (op, module, line), not a traceback through torch
+            self.error = str(e)
         except BaseException as e:  # noqa: BLE001 - the program's own failure, reported verbatim
             self.error = _program_traceback()
             self.died_of_oom = isinstance(e, torch.cuda.OutOfMemoryError)
@@ -190,6 +209,7 @@ class Session:
         from emulator.distributed import fake_pg
 
         rec, ns = self.recorder, self.ns
+        rec.rows.drop_empty_ranges()  # NVTX ranges around host code only (see TraceRows.drop_empty_ranges)
         write_rank_trace(ns.out, ns.rank, rec.rows.to_table())
         peak_alloc, peak_res = self._peaks()
         mem = rec.memory
@@ -201,12 +221,27 @@ class Session:
             peak_allocated=peak_alloc, peak_reserved=peak_res, iterations=rec.steps,
             stopped_by_iterations=self.stopped, n_events=len(rec.rows),
             event_kinds=dict(Counter(rec.rows.cols["kind"])), work_hash=rec.rows.work_hash(), groups=fake_pg.groups(),
-            unsupported_ops=dict(rec.unsupported), placeholders=dict(rec.placeholders),
-            real_value_reads=rec.real_reads, eager_fallbacks=dict(self.eager_fallbacks), wall_s=wall,
+            unsupported_ops=dict(rec.unsupported), placeholders=self._placeholders(),
+            real_value_reads=rec.real_reads, eager_fallbacks=dict(self.eager_fallbacks),
+            compiled=dict(self.compiled), wall_s=wall,
             iteration_wall_s=rec.iteration_wall_s, iteration_cpu_s=rec.iteration_cpu_s,
             host_gap_baseline_s=self.pricing.charged, host_gap_price_samples=self.pricing.samples,
             host_speed=getattr(self, "host_speed", None), host_speed_by_iteration=rec.host_speed_by_iteration,
-            fast_path={"hits": rec.fast_hits, "signatures": len(rec._out_specs)}))
+            fast_path={"hits": rec.fast_hits, "signatures": len(rec._out_specs)},
+            routing=RoutingPolicy.parse(getattr(ns, "routing", None)).spec if self.policy == "emulate" else None))
+
+    def _placeholders(self) -> dict[str, int]:
+        """The recorder's placeholder reads, and the device library's (`.item()` reached with Python
+        dispatch off, e.g. `torch.tensor` of device scalars: see fake_cuda.cpp)."""
+        out = dict(self.recorder.placeholders)
+        if self.policy == "emulate":
+            from emulator.device import boot
+
+            functions = boot.device_functions()
+            n = functions["scalar_placeholders"]() if functions and "scalar_placeholders" in functions else 0
+            if n:
+                out["item_in_cpp"] = int(n)
+        return out
 
 
 _HOST_SPEED_RUN = {"repeats": 3, "steps": 10}  # ~0.1 s each time rank 0 measures (hardware inventories take longer)

@@ -49,20 +49,36 @@ class Shadows:
 
     def __init__(self, note_placeholder=lambda kind: None):
         self.storages: dict[int, torch.Tensor] = {}
+        # storage -> a function giving its values when first read (a broadcast's, from the root rank)
+        self.pending: dict[int, object] = {}
         self.replayed = 0  # ops computed on values (summary figure)
         self.note_placeholder = note_placeholder  # counts the documented assumption (the module docstring)
 
-    def value(self, t: FakeTensor) -> torch.Tensor | None:
-        """`t`'s values as a CPU tensor (a view of its storage's values), or None."""
-        base = self.storages.get(t.untyped_storage()._cdata)
+    def value(self, t: FakeTensor, resolve: bool = True) -> torch.Tensor | None:
+        """`t`'s values as a CPU tensor (a view of its storage's values), or None. `resolve`: fetch
+        values that are pending (`expect`); replays pass False, only reads wait for another rank."""
+        key = t.untyped_storage()._cdata
+        if resolve and key in self.pending:
+            self.storages[key].copy_(self.pending.pop(key)())
+        elif key in self.pending:
+            return None
+        base = self.storages.get(key)
         if base is None or base.dtype != t.dtype:
             return None
         return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
-    def after(self, func, args: tuple, kwargs: dict, out, inputs: list | None = None) -> None:
+    def expect(self, t: FakeTensor, fetch) -> None:
+        """`t`'s storage (whose values are kept) will hold `fetch()` (a flat tensor) from now on."""
+        key = t.untyped_storage()._cdata
+        if key in self.storages:
+            self.pending[key] = fetch
+            weakref.finalize(t.untyped_storage(), self.pending.pop, key, None)
+
+    def after(self, func, args: tuple, kwargs: dict, out, inputs: list | None = None, resolve: bool = False) -> None:
         """Derive the values of `out` from the call's inputs (or drop what the call overwrote).
 
-        `inputs`: the call's fake tensors when the caller has them already (saves a flatten)."""
+        `inputs`: the call's fake tensors when the caller has them already (saves a flatten).
+        `resolve`: fetch pending values (a copy to the host: the program is about to read them)."""
         if inputs is None:
             inputs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, FakeTensor)]
         if func in _FILL_LIKE:  # the output's values do not depend on the input's: any of its shape will do
@@ -85,7 +101,7 @@ class Shadows:
             return
         if func is aten.copy_.default and isinstance(args[0], FakeTensor):
             self._whole_storage_target(args[0])  # copy_ overwrites its target: it gets values if its source has
-        values = {id(x): self.value(x) for x in inputs}
+        values = {id(x): self.value(x, resolve=resolve) for x in inputs}
         if all(v is not None for v in values.values()) and self._replayable(func, out):
             self._replay(func, args, kwargs, out, values)
         elif func._schema.is_mutable:
@@ -95,6 +111,7 @@ class Shadows:
                     for t in tree_flatten(x)[0]:
                         if isinstance(t, FakeTensor):
                             self.storages.pop(t.untyped_storage()._cdata, None)
+                            self.pending.pop(t.untyped_storage()._cdata, None)
 
     @staticmethod
     def _real_tensor_in(args, kwargs) -> bool:
@@ -127,7 +144,7 @@ class Shadows:
             return
         for fake, real in zip(fakes, reals, strict=True):
             if isinstance(fake, FakeTensor) and isinstance(real, torch.Tensor):
-                self._keep(fake, real)
+                self.keep(fake, real)
 
     def _whole_storage_target(self, dst: FakeTensor) -> None:
         """Give a copy_ target that spans its whole (small) storage a buffer for the replay to fill."""
@@ -138,7 +155,8 @@ class Shadows:
         self.storages[storage._cdata] = torch.empty(dst.numel(), dtype=dst.dtype)
         weakref.finalize(storage, self.storages.pop, storage._cdata, None)
 
-    def _keep(self, fake: FakeTensor, real: torch.Tensor) -> None:
+    def keep(self, fake: FakeTensor, real: torch.Tensor) -> None:
+        """Give `fake` the values `real` (a CPU tensor of its shape), if its storage has none yet."""
         storage = fake.untyped_storage()
         key = storage._cdata
         if key in self.storages:  # a view or an in-place result: the replay already wrote its values

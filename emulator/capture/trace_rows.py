@@ -33,7 +33,7 @@ class TraceRows:
             group_ranks=None, coll_seq: int | None = None, coll_bytes: int | None = None, peer: int | None = None,
             async_op: bool | None = None, waits_for: str | None = None, blocking: bool | None = None,
             event_id: int | None = None, host_gap_s: float = 0.0, mem=(None, None), duration_s: float | None = None,
-            placeholder: bool = False, hash_part: bytes | None = None) -> None:
+            placeholder: bool = False, graph_replay: int | None = None, hash_part: bytes | None = None) -> None:
         """Append one event. `hash_part`: this row's work-hash contribution when the caller already
         has it (a repeated signature), saving a json.dumps per row."""
         if hash_part is None:
@@ -41,7 +41,7 @@ class TraceRows:
         self._append((self.rank, len(self._seq), iteration, kind, op, int(stream), shapes, dtypes, strides, args,
                       out_shapes, out_dtypes, flops, bytes, module, phase, group, group_ranks, coll_seq, coll_bytes,
                       peer, async_op, waits_for, blocking, event_id, host_gap_s, mem[0], mem[1], duration_s,
-                      bool(placeholder)), hash_part)
+                      bool(placeholder), graph_replay), hash_part)
 
     def add_repeat(self, kind: str, op: str, shapes, dtypes, strides, args: str, out_shapes, out_dtypes, flops,
                    nbytes, blocking: bool | None, hash_part: bytes, stream: int, iteration: int, module: str,
@@ -50,7 +50,7 @@ class TraceRows:
         no collective fields, the op-hash contribution given. Same columns, same values as `add`."""
         self._append((self.rank, len(self._seq), iteration, kind, op, int(stream), shapes, dtypes, strides, args,
                       out_shapes, out_dtypes, flops, nbytes, module, phase, None, None, None, None, None, None, None,
-                      blocking, None, host_gap_s, mem[0], mem[1], None, False), hash_part)
+                      blocking, None, host_gap_s, mem[0], mem[1], None, False, None), hash_part)
 
     def _append(self, row: tuple, hash_part: bytes) -> None:
         """One value per column, in TRACE_SCHEMA order."""
@@ -68,6 +68,45 @@ class TraceRows:
         for col in self.cols.values():
             del col[n:]
         self._hash, self.last_hash_part = digest, last
+
+    def drop_empty_ranges(self) -> int:
+        """Drop NVTX ranges that enclose no other row (a push right before its pop, nested ones too);
+        their host gaps go to the next row kept, so the host time is unchanged. Returns how many rows went.
+
+        Why: libraries wrap host functions in ranges for profilers (DeepSpeed's `instrument_w_nvtx`:
+        8.7k push/pop rows per ZeRO-3 step of a 4-layer GPT, most around code that launches
+        nothing). A range that holds device work stays, with everything in it. Called once, when
+        the rank's rows are written (the work hash was taken over every row as recorded)."""
+        kinds, ops = self.cols["kind"], self.cols["op"]
+        n = len(kinds)
+        keep = [True] * n
+        open_ranges: list[list] = []  # [push row, holds a kept row]
+        for i in range(n):
+            if kinds[i] == "marker" and ops[i] == "nvtx::range_push":
+                open_ranges.append([i, False])
+                continue
+            if kinds[i] == "marker" and ops[i] == "nvtx::range_pop" and open_ranges:
+                j, holds = open_ranges.pop()
+                if not holds:
+                    keep[i] = keep[j] = False
+                    continue
+            if open_ranges:
+                open_ranges[-1][1] = True
+        dropped = n - sum(keep)
+        if not dropped:
+            return 0
+        gaps = self.cols["host_gap_s"]
+        carry = 0.0
+        for i in range(n):
+            if not keep[i]:
+                carry += gaps[i] or 0.0
+            elif carry:
+                gaps[i] = (gaps[i] or 0.0) + carry
+                carry = 0.0
+        for col in self.cols.values():
+            col[:] = [v for v, k in zip(col, keep, strict=True) if k]
+        self.cols["seq"][:] = range(len(self.cols["seq"]))
+        return dropped
 
     def work_hash(self) -> str:
         """`emulator.trace.workhash.work_hash` of the rows so far, kept as they were appended."""

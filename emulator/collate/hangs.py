@@ -3,7 +3,9 @@
 Every member of every group must issue the same collectives (matched by (group, coll_seq)) and
 every send must have its receive (matched by (peer, order)). A mismatch means the real job would
 hang, so collate raises `HangError` carrying a report that names the ranks, the group and the
-collective, instead of letting the simulator invent a number.
+collective, instead of letting the simulator invent a number. Sizes must agree too, except an
+all-to-all's: with uneven splits (an expert-parallel MoE's token dispatch) each rank sends its
+own amount, as NCCL's all_to_allv allows.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def check_matching(job: CollatedJob, limit: int = 10) -> HangReport | None:
                 (sends if rep.collective[i] == "send" else recvs)[(v.rank, peer)].append(int(rep.coll_bytes[i] or 0))
                 continue
             key = (v.group.get(i), int(rep.coll_seq[i] if rep.coll_seq[i] is not None else -1))
-            issued[key][v.rank] = (rep.collective[i], int(rep.coll_bytes[i] or 0))
+            coll = rep.collective[i]
+            issued[key][v.rank] = (coll, None if coll == "all_to_all" else int(rep.coll_bytes[i] or 0))
             members.setdefault(key, v.group_ranks.get(i) or world)
     issues: list[HangIssue] = []
     for key, by_rank in issued.items():

@@ -52,8 +52,10 @@ class RepTrace:
     async_op: list[bool]
     blocking: list[bool]  # a device-to-host copy the host waits for
     launches: list[bool]  # the row launches device work (not a view op)
+    pays_launch: list[bool]  # the host pays a launch before it: launches, and is not inside a graph replay's
     collective: list  # emulator.core.ops.collective_name for comm rows, else None
     waits_for: list  # for a completion wait row: collective_name of the op it waits for
+    graph_replay: list  # the CUDA-graph replay that launched the row, else None
     host_gap: list[float] = field(default_factory=list)  # what the simulated host spends (emulator.hosttime)
     comm_rows: list[int] = field(default_factory=list)
     ranked_rows: list[int] = field(default_factory=list)  # rows whose group/peer depend on the rank
@@ -99,7 +101,8 @@ def rep_trace(rank: int, table: pa.Table) -> RepTrace:
     table = conform(table, rank).sort_by("seq")
     d = {c: table.column(c).to_pylist() for c in ("kind", "op", "stream", "host_gap_s", "iteration", "phase",
                                                   "event_id", "coll_seq", "coll_bytes", "group", "group_ranks",
-                                                  "peer", "module", "async_op", "waits_for", "blocking")}
+                                                  "peer", "module", "async_op", "waits_for", "blocking",
+                                                  "graph_replay")}
     kinds, ops = d["kind"], d["op"]
     flops = np.nan_to_num(np.asarray(table.column("flops").to_numpy(zero_copy_only=False), dtype=np.float64))
     gaps = [float(g) if g is not None and g == g else 0.0 for g in d["host_gap_s"]]
@@ -115,13 +118,25 @@ def rep_trace(rank: int, table: pa.Table) -> RepTrace:
         collective=[collective_name(o) if k in COMM_KINDS else None for k, o in zip(kinds, ops, strict=True)],
         waits_for=[collective_name(w) if k == "event_wait" and w else None
                    for k, w in zip(kinds, d["waits_for"], strict=True)],
-        host_gap=list(gaps),
+        graph_replay=d["graph_replay"], pays_launch=[], host_gap=list(gaps),
     )
+    rep.pays_launch = _launches_paid(rep.launches, rep.graph_replay)
     rep.p2p_waits = any(w in ("send", "recv") for w in rep.waits_for)
     rep.comm_rows = [i for i, k in enumerate(kinds) if k in COMM_KINDS]
     rep.ranked_rows = [i for i, k in enumerate(kinds)
                        if k in COMM_KINDS or (k == "event_wait" and rep.group[i] is not None)]
     return rep
+
+
+def _launches_paid(launches: list[bool], graph_replay: list) -> list[bool]:
+    """Which rows the host pays a launch for: every launching row, except that the rows of one CUDA-graph
+    replay are launched together, by one call (the first pays)."""
+    paid, last = [], None
+    for launch, g in zip(launches, graph_replay, strict=True):
+        paid.append(launch and (g is None or g != last))
+        if launch:
+            last = g
+    return paid
 
 
 def _own_view(rep: RepTrace) -> RankView:

@@ -96,7 +96,7 @@ CONV_OPS = frozenset({"aten::convolution", "aten::convolution_backward", "aten::
                       "aten::_convolution", "aten::conv2d", "aten::conv1d"})
 
 FAMILIES = ("gemm", "attention_fwd", "attention_bwd", "conv", "norm", "softmax_loss", "embedding",
-            "optimizer", "copy", "memset", "elementwise", "collective", "p2p", "memcpy", "other")
+            "optimizer", "copy", "memset", "elementwise", "generated", "collective", "p2p", "memcpy", "other")
 
 
 def canonical_op(name: str) -> str:
@@ -139,6 +139,8 @@ def op_family(op: str) -> str:
         return "memset"
     if op.startswith("memcpy::"):
         return "memcpy"
+    if op.startswith("triton::"):  # kernels Inductor generated (emulator.capture.compile): FLOPs/bytes on the row
+        return "generated"
     if op.startswith("aten::"):
         return "elementwise"
     return "other"

@@ -20,6 +20,13 @@ Kernels -- ``time = max(launch_floor, flops / (eff_c * peak(dtype)), bytes / (ef
     the smallest grid); 1 us on the CPU "device".
   * memcpy (host<->device) moves ``bytes`` over PCIe at 80% of its one-direction bandwidth.
 
+Host ops -- ``time = max(1 us, flops / (0.5 * host peak), bytes / (0.7 * host bandwidth))``
+  * `host_op` rows (ops on tensors the program moved to the host: CPU offload's optimizer step)
+    run on the GPU node's CPU. A dual-socket server of an 8-GPU node has ~600 GB/s of DRAM
+    bandwidth and ~10-15 TFLOP/s of fp32 SIMD; one rank (a process and its intra-op threads)
+    gets an eighth: ``HOST_BANDWIDTH_PER_GPU``, ``HOST_FLOPS_PER_GPU``. Round numbers, not
+    fitted. On the `cpu` target the host is the device itself.
+
 Collectives -- alpha-beta per algorithm, NCCL-like:
   ``time = base + steps(n) * alpha + factor(n) * coll_bytes / (eff * bw)``
   * ``coll_bytes`` follows the nccl-tests convention (see `emulator.core.ops`); ``factor`` is the
@@ -61,12 +68,17 @@ FAMILY_EFFICIENCY: dict[str, tuple[float, float]] = {
     "copy": (0.50, 0.80),
     "memset": (0.50, 0.85),
     "elementwise": (0.50, 0.80),
+    "generated": (0.50, 0.75),  # Inductor's fused Triton kernels: bandwidth-bound, about as good as hand-written
     "other": (0.50, 0.60),
 }
 TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "attention_fwd", "attention_bwd"})
 LAUNCH_FLOOR_S = 2.5e-6
 CPU_LAUNCH_FLOOR_S = 1e-6
 PCIE_EFFICIENCY = 0.8
+
+HOST_BANDWIDTH_PER_GPU = 75e9
+HOST_FLOPS_PER_GPU = 1.5e12
+HOST_OP_FLOOR_S = 1e-6
 
 COLLECTIVE_BASE_S = 5e-6
 LINK_EFFICIENCY = 0.8
@@ -103,6 +115,15 @@ def kernel_time(flops: float, bytes: float, dtype: str | None, family: str, spec
         return max(floor, float(bytes or 0.0) / (PCIE_EFFICIENCY * spec.pcie_bandwidth))
     t_compute, t_memory = compute_and_memory_time(flops, bytes, dtype, family, spec)
     return max(floor, t_compute, t_memory)
+
+
+def host_op_time(flops: float, bytes: float, spec: GPUSpec) -> float:
+    """Seconds the host's CPU of a `spec` node takes for one op on host tensors (one rank's share)."""
+    if spec.is_cpu:
+        bandwidth, peak = spec.hbm_bandwidth, spec.peak_flops["float32"]
+    else:
+        bandwidth, peak = HOST_BANDWIDTH_PER_GPU, HOST_FLOPS_PER_GPU
+    return max(HOST_OP_FLOOR_S, float(flops or 0.0) / (0.5 * peak), float(bytes or 0.0) / (0.7 * bandwidth))
 
 
 def ring_factor(collective: str, n: int) -> float:
@@ -186,7 +207,9 @@ def roofline_durations(df, spec: GPUSpec) -> np.ndarray:
     for i, row in enumerate(df.itertuples(index=False)):
         r = dict(zip(cols, row, strict=True))
         kind, op = r.get("kind"), r.get("op")
-        if kind in ("collective", "p2p"):
+        if kind == "host_op":
+            out[i] = host_op_time(as_number(r.get("flops")), as_number(r.get("bytes")), spec)
+        elif kind in ("collective", "p2p"):
             coll = r.get("collective") or collective_name(op)
             out[i] = collective_time(coll, as_number(r.get("coll_bytes")), int(as_number(r.get("group_size"), 1)),
                                      int(as_number(r.get("nnodes"), 1)), int(as_number(r.get("gpus_per_node"), 8)),

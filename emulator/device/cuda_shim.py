@@ -45,6 +45,12 @@ class DeviceEvents(Protocol):
 
     def empty_cache(self) -> None: ...
 
+    def begin_capture(self, graph_id: int, pool: int) -> None: ...
+
+    def end_capture(self, graph_id: int, capture_stream: int) -> list[dict]: ...
+
+    def replay_capture(self, graph_id: int, rows: list[dict], capture_stream: int) -> None: ...
+
 
 @dataclass
 class FakeDeviceProperties:
@@ -213,6 +219,12 @@ def _exchange_device(device: int) -> int:
     return old
 
 
+def _maybe_exchange_device(device: int) -> int:
+    # a function of its own, not `_exchange_device` again: Dynamo keys its handlers of torch.cuda's
+    # functions by function object and refuses a second registration of one ("Handler already registered")
+    return _exchange_device(device)
+
+
 def current_stream(device=None) -> FakeStream:
     idx = _device_index(device)
     return _state["streams"].setdefault(idx, _default_stream(idx))
@@ -348,6 +360,44 @@ def set_rng_state(new_state, device="cuda") -> None:
     return None
 
 
+class FakeGenerator:
+    """`torch.cuda.default_generators[i]`: fake tensors draw no numbers, so the state API only has to
+    answer consistently (megatron-core's RNG tracker gets and sets every device generator's state,
+    graph-safely too). A CPU build has no CUDA generators (`default_generators` is empty)."""
+
+    def __init__(self, index: int):
+        self.device = torch.device("cuda", index)
+        self._seed = 0
+
+    def manual_seed(self, seed: int) -> FakeGenerator:
+        self._seed = int(seed)
+        return self
+
+    def seed(self) -> int:
+        return self._seed
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def get_state(self) -> torch.Tensor:
+        return get_rng_state()
+
+    def set_state(self, new_state) -> FakeGenerator:
+        return self
+
+    graphsafe_get_state = get_state
+    graphsafe_set_state = set_state
+
+    def clone_state(self) -> FakeGenerator:
+        return FakeGenerator(self.device.index).manual_seed(self._seed)
+
+    def get_offset(self) -> int:
+        return 0
+
+    def set_offset(self, offset: int) -> FakeGenerator:
+        return self
+
+
 # ---- NVTX: ranges become marker rows ----
 
 class _Nvtx:
@@ -378,17 +428,62 @@ class _Nvtx:
         return None
 
 
-def _no_cuda_graphs(api: str) -> type:
-    """CUDA graph capture is not emulated: a stand-in that fails naming the API when called (on a
-    CUDA build the real one would reach the CUDA runtime). A class, not a function, so that
-    annotations such as `torch.cuda.CUDAGraph | None` in library code still evaluate."""
+_graph_ids = itertools.count(1)
 
-    def __init__(self, *args, **kwargs):
-        raise UnsupportedCudaAPI(
-            f"maya: {api}: CUDA graph capture is not emulated; run the program without CUDA graphs "
-            "(e.g. torchtitan --training.disable_cuda_graphs)")
 
-    return type(api.rsplit(".", 1)[-1], (), {"__init__": __init__, "__doc__": f"{api} (not emulated)"})
+class FakeCUDAGraph:
+    """`torch.cuda.CUDAGraph`: capture records once, replay re-emits the captured rows.
+
+    On a GPU a capture launches nothing (the kernels are recorded into the graph) and a replay
+    launches them all with one host call, on the stream current at replay, with no per-kernel
+    launch cost. Here the fake kernels do run during capture (outputs need their metadata, and
+    the program's static tensors their memory), but their rows leave the trace and stay with the
+    graph (one `cuda::graph_capture` marker instead); each `replay()` appends them again with one
+    `graph_replay` number (the simulator charges one launch for them), the first carrying the
+    replay's host gap, the rest none. What a capture allocates comes from the graph's private
+    pool (`pool()`, shared when `capture_begin(pool=...)` names another graph's or
+    `graph_pool_handle()`), which the recorder keeps apart in the emulated allocator. torch's own
+    `torch.cuda.graph` context manager and `make_graphed_callables` drive this class.
+    Not modelled: the "operation not permitted when stream is capturing" errors (a sync or
+    `.item()` inside a capture passes here), and a graph's pool is never released (`reset()`
+    forgets the rows only)."""
+
+    def __init__(self, keep_graph: bool = False):
+        self.graph_id = next(_graph_ids)
+        self._pool = self.graph_id
+        self._rows: list[dict] | None = None
+        self._capture_stream = 0
+
+    def capture_begin(self, pool=None, capture_error_mode: str = "global", **_ignored) -> None:
+        self._capture_stream = current_stream_id()
+        if pool is not None:  # (0, id) of graph_pool_handle() or another graph's pool()
+            self._pool = int(pool[1]) if isinstance(pool, tuple) else int(pool)
+        _state["capturing"] = self.graph_id
+        _sink().begin_capture(self.graph_id, self._pool)
+
+    def capture_end(self) -> None:
+        _state["capturing"] = None
+        self._rows = _sink().end_capture(self.graph_id, self._capture_stream)
+
+    def instantiate(self) -> None:
+        return None
+
+    def replay(self) -> None:
+        if self._rows is None:
+            raise RuntimeError("CUDA graph replayed before its capture ended")
+        _sink().replay_capture(self.graph_id, self._rows, self._capture_stream)
+
+    def reset(self) -> None:
+        self._rows = None
+
+    def pool(self):
+        return (0, self._pool)
+
+    def enable_debug_mode(self) -> None:
+        return None
+
+    def debug_dump(self, debug_path: str) -> None:
+        raise UnsupportedCudaAPI("torch.cuda.CUDAGraph.debug_dump: an emulated graph has no CUDA graph to dump")
 
 
 def _missing_c_attr(name: str):
@@ -421,7 +516,7 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
         "current_device": current_device,
         "set_device": set_device,
         "_exchange_device": _exchange_device,
-        "_maybe_exchange_device": _exchange_device,
+        "_maybe_exchange_device": _maybe_exchange_device,
         "device": _DeviceCtx,
         "device_of": lambda t: _DeviceCtx(t.get_device() if t.is_cuda else None),
         "get_device_properties": lambda device=None: props[_device_index(device)],
@@ -460,14 +555,16 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
         "set_rng_state": set_rng_state,
         "set_rng_state_all": lambda states: None,
         "nvtx": _Nvtx(),
-        "is_current_stream_capturing": lambda: False,
-        "graph_pool_handle": _no_cuda_graphs("torch.cuda.graph_pool_handle"),
-        "CUDAGraph": _no_cuda_graphs("torch.cuda.CUDAGraph"),
-        "graph": _no_cuda_graphs("torch.cuda.graph"),
-        "make_graphed_callables": _no_cuda_graphs("torch.cuda.make_graphed_callables"),
+        "is_current_stream_capturing": lambda: _state.get("capturing") is not None,
+        "graph_pool_handle": lambda: (0, next(_graph_ids)),
+        "CUDAGraph": FakeCUDAGraph,
+        # torch's own context manager and make_graphed_callables, driving FakeCUDAGraph
+        "graph": cuda.graphs.graph,
+        "make_graphed_callables": cuda.graphs.make_graphed_callables,
     }
     for name, fn in patches.items():
         setattr(cuda, name, fn)
+    cuda.default_generators = tuple(FakeGenerator(i) for i in range(int(device_count)))
     cuda._initialized = True
     import torch.cuda.memory as cmem
     for name in ("memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
@@ -479,6 +576,9 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
         setattr(crandom, name, patches[name])
     import torch.cuda.streams as cstreams
     cstreams.Stream, cstreams.Event = FakeStream, FakeEvent
+    cuda.graphs.CUDAGraph, cuda.graphs.graph_pool_handle = FakeCUDAGraph, patches["graph_pool_handle"]
+    if not hasattr(torch._C, "_host_emptyCache"):  # torch.cuda.graph's __enter__ calls it
+        torch._C._host_emptyCache = lambda: None
     if not hasattr(torch._C, "_cuda_getDeviceCount"):  # CPU build: name unknown CUDA bindings clearly
         torch._C.__getattr__ = _missing_c_attr
     set_device(0)

@@ -8,7 +8,9 @@
 //   2. CUDAHooks that say "built and available" with the target's device count;
 //   3. pinned host memory (tracked CPU memory) and a host-clock DDP timer for CUDA;
 //   4. a CUDA `_fused_sdp_choice` kernel that picks flash / mem-efficient / math like the
-//      target's compute capability would (and honours `torch.backends.cuda.sdp_kernel` toggles).
+//      target's compute capability would (and honours `torch.backends.cuda.sdp_kernel` toggles);
+//   5. a CUDA `record_stream` kernel that does nothing (see `fake_record_stream`), and a CUDA
+//      `_local_scalar_dense` that reads the documented placeholder (see `fake_local_scalar_dense`).
 // It must be loaded before `import torch` (getCUDAHooks() caches the first answer). On a CUDA
 // build, boot.py preloads libtorch (and with it libtorch_cuda, whose real guard and SDPA chooser
 // would call the CUDA driver) first; our registrations come after and replace them. See
@@ -30,6 +32,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
+#include <torch/library.h>
 
 #include "builtins.h"
 
@@ -208,6 +211,21 @@ PyObject* device_in_python(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// python_dispatch(tensor, on): give a tensor FakeTensor's dispatch arrangement (Python keys on,
+// device asked in Python) or take it away. `real.data = fake` (FSDP1's and DeepSpeed's move to the
+// device) copies the fake's storage, sizes and backend keys but keeps the destination's (absent)
+// Python keys, leaving a plain tensor on "meta" that no fake kernel sees; with this the emulator
+// turns it into a fake tensor in place (emulator.device.fake_mode), keeping its autograd state.
+PyObject* python_dispatch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!maya_builtins::check_args(nargs, 2, "python_dispatch(tensor, on)")) return nullptr;
+  const int on = PyObject_IsTrue(args[1]);
+  if (on < 0) return nullptr;
+  c10::TensorImpl* impl = THPVariable_Unpack(args[0]).unsafeGetTensorImpl();
+  impl->set_python_dispatch(on != 0);
+  impl->set_python_custom_device(on != 0);
+  Py_RETURN_NONE;
+}
+
 // ---- the signature cache's output rebuilding (emulator/capture/fastpath.py, `rebuild`), one call
 // each instead of two or three torch calls through Python's argument parser and the dispatcher
 
@@ -292,12 +310,16 @@ PyObject* seal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+PyObject* scalar_placeholders(PyObject*, PyObject* const* args, Py_ssize_t nargs);  // below, with its kernel
+
 PyMethodDef g_device_methods[] = {
     MAYA_FASTCALL("device_in_cpp", device_in_cpp, "device() of this fake tensor answered in C++"),
     MAYA_FASTCALL("device_in_python", device_in_python, "device() of this fake tensor asked in Python again"),
     MAYA_FASTCALL("meta_empty", meta_empty, "torch.empty_strided(shape, stride, dtype=dtype, device='meta')"),
     MAYA_FASTCALL("meta_view", meta_view, "a meta tensor over base's storage"),
     MAYA_FASTCALL("seal", seal, "a new fake tensor's storage guards data_ptr writes; device in C++ for index >= 0"),
+    MAYA_FASTCALL("python_dispatch", python_dispatch, "FakeTensor's dispatch arrangement on (True) or off"),
+    MAYA_FASTCALL("scalar_placeholders", scalar_placeholders, "device scalars read in C++ as the placeholder"),
 };
 
 // The SDPA backend a real GPU of the target capability would choose (sm80+ flash first, then
@@ -327,6 +349,41 @@ int64_t fake_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tens
   if (ctx.userEnabledMathSDP()) return static_cast<int64_t>(at::SDPBackend::math);
   TORCH_CHECK(false, "No available kernel for scaled_dot_product_attention on the emulated GPU (sm",
               major, g_cap_minor.load(), ") with the enabled backends");
+}
+
+// `tensor.record_stream(s)` under `no_dispatch()` (FSDP1 calls it so for every unsharded and
+// low-precision parameter and gradient): the Python keys are off, so a fake tensor reaches its
+// backend kernel, which a CPU build lacks ("Could not run 'aten::record_stream' with arguments
+// from the 'CUDA' backend"). On a GPU it launches nothing: it tells the caching allocator to hold
+// the block until the stream's work is done. The emulated allocator does not model that (see
+// emulator/memory/allocator.py) and the recorder lists it among the calls that are no event
+// (emulator/ops.py), so the kernel does nothing. On a CUDA build it replaces the real kernel,
+// which would hand a fake storage to the CUDA caching allocator.
+void fake_record_stream(at::Tensor& /*self*/, at::Stream /*stream*/) {}
+
+// `.item()` of a device scalar with Python dispatch off, so the recorder never sees it: `torch.tensor`
+// of a list of device scalars reads each in C++ below the Python keys (megatron-core's local
+// multi-tensor l2 norm: `torch.tensor([torch.norm(t) for t in ...])`), and a CPU build has no CUDA
+// kernel for it. A fake tensor has no value: the documented placeholder (0 / 0.0 / False, see
+// emulator/device/fake_mode.py), counted (`scalar_placeholders`).
+std::atomic<int64_t> g_scalar_placeholders{0};
+
+at::Scalar fake_local_scalar_dense(const at::Tensor& self) {
+  g_scalar_placeholders.fetch_add(1);
+  const auto type = self.scalar_type();
+  if (type == at::kBool) return at::Scalar(false);
+  if (at::isFloatingType(type) || at::isComplexType(type)) return at::Scalar(0.0);
+  return at::Scalar(static_cast<int64_t>(0));
+}
+
+PyObject* scalar_placeholders(PyObject*, PyObject* const* /*args*/, Py_ssize_t nargs) {
+  if (!maya_builtins::check_args(nargs, 0, "scalar_placeholders()")) return nullptr;
+  return PyLong_FromLongLong(g_scalar_placeholders.load());
+}
+
+TORCH_LIBRARY_IMPL(aten, CUDA, m) {
+  m.impl("record_stream", &fake_record_stream);
+  m.impl("_local_scalar_dense", &fake_local_scalar_dense);
 }
 
 C10_REGISTER_GUARD_IMPL(CUDA, FakeCUDAGuard);

@@ -5,9 +5,9 @@ Why each piece exists (all verified on torch 2.13 CPU):
   True: otherwise FakeTensorMode would try to initialise (real) CUDA for constant propagation.
 - `FakeTensor` joins the foreach-supported types, so optimizers and `clip_grad_norm_` take the
   `_foreach_*` / fused path a real GPU takes instead of the per-parameter loop.
-- `model.cuda()` swaps parameters in place (`swap_module_params_on_conversion`) and the fake
-  mode's memo is dropped before each swap; without this tied weights silently come untied
-  (GPT-2 counted 163 M instead of 124 M parameters).
+- `model.cuda()` converts parameters in place (`swap_module_params_on_conversion`, whose swaps
+  become `param.data = fake`, the GPU's path) and the fake mode's memo is dropped first; without
+  this tied weights silently come untied (GPT-2 counted 163 M instead of 124 M parameters).
 - Data-dependent results (`.item()`, `nonzero`, boolean masks, `unique`) have no value on a
   fake device. They get documented placeholders: scalars read as 0 / 0.0 / False, and
   dynamic-size outputs take their upper bound (every element selected). Each use is counted.
@@ -77,6 +77,13 @@ def _unique_upper_bound(fake_mode, func, arg, sorted=True, return_inverse=False,
     return values, inverse, counts
 
 
+def _pin_memory_copy(fake_mode, func, arg, *rest, **kwargs):
+    # a fake host tensor (a fake device tensor's copy to the host) pins as a fresh fake host tensor;
+    # FakeTensorMode has no rule for it (FSDP1's CPU offload pins its sharded flat parameters)
+    with fake_mode:
+        return torch.empty_like(arg)
+
+
 def _install_placeholders() -> None:
     table = fake_impls.op_implementations_dict
     table[aten._local_scalar_dense.default] = _scalar_placeholder
@@ -84,6 +91,7 @@ def _install_placeholders() -> None:
     table[aten.nonzero.default] = _nonzero_upper_bound
     table[aten.masked_select.default] = _masked_select_upper_bound
     table[aten._unique2.default] = _unique_upper_bound
+    table[aten._pin_memory.default] = _pin_memory_copy
 
 
 def _install_foreach() -> None:
@@ -93,6 +101,9 @@ def _install_foreach() -> None:
     for types in (optim_mod._foreach_supported_types, foreach_utils._foreach_supported_types):
         if FakeTensor not in types:
             types.append(FakeTensor)
+
+
+_ADOPTERS = (torch.Tensor, torch.nn.Parameter, FakeTensor)  # the types `t.data = fake` serves
 
 
 def _install_swap_fix(fake_mode: EmuFakeMode) -> None:
@@ -114,6 +125,15 @@ def _install_swap_fix(fake_mode: EmuFakeMode) -> None:
         for tid, v in list(meta.tensor_memo.items()):
             if v is t1 or v is t2:
                 meta.tensor_memo.pop(tid, None)
+        if type(t2) is FakeTensor and type(t1) in _ADOPTERS and getattr(torch.Tensor, "_maya_data_adoption", False) \
+                and torch._has_compatible_shallow_copy_type(t1, t2):
+            # `module.to(device or dtype)`: a GPU run takes `param.data = new` here (torch picks a
+            # swap only because the new tensor is fake), which keeps the parameter's identity and
+            # cares for no weak reference (DeepSpeed's name map holds a weakref.finalize on every
+            # parameter: "Cannot swap t1 because it has weakref associated with it"). Where a GPU
+            # run makes a new parameter instead (`to_empty` from "meta": incompatible types), swap.
+            t1.data = t2
+            return None
         return original(t1, t2)
 
     swap_tensors._maya = True
@@ -123,12 +143,55 @@ def _install_swap_fix(fake_mode: EmuFakeMode) -> None:
         module_mod.swap_tensors = swap_tensors
 
 
+def _install_data_adoption(python_dispatch) -> None:
+    """`tensor.data = fake` on a host tensor makes it that fake tensor in place, identity and autograd kept.
+
+    Why: FSDP1 moves parameters with `param.data = param.to(device)` (and DeepSpeed the same way,
+    see `_install_swap_fix`). torch's set_data copies the fake's storage, sizes and backend keys
+    but keeps the destination's (absent) Python keys, so a real CPU parameter became a plain tensor
+    on "meta" that no fake kernel saw ("Inconsistent compute device ... meta vs cuda:0"). Here it
+    takes FakeTensor's class, attributes and dispatch arrangement (`python_dispatch`, a device
+    library builtin), keeping what `.data =` promises: the same Python object, its requires_grad,
+    grad and hooks. `fake.data = fake2` also takes fake2's device, a Python attribute set_data does
+    not know of (FSDP1's CPU offload: `flat_param.data = flat_param.to("cpu")`).
+    Wraps whatever `Tensor.data` is now, so the signature cache's own wrapper
+    (`emulator.capture.fastpath.install`, which makes both tensors answer their device in Python
+    before the copy) composes with it in either order."""
+    if getattr(torch.Tensor, "_maya_data_adoption", False):
+        return
+    base = torch.Tensor.data
+
+    def set_data(self, value):
+        base.__set__(self, value)
+        if type(value) is not FakeTensor:
+            return
+        if isinstance(self, FakeTensor):
+            self.fake_device = value.fake_device
+            return
+        is_param = isinstance(self, torch.nn.Parameter)
+        for k, v in value.__dict__.items():  # fake_device, fake_mode, constant, the memos
+            if not k.startswith("_maya"):  # not the signature cache's entries (emulator.capture.fastpath)
+                self.__dict__.setdefault(k, v)
+        self.__class__ = FakeTensor  # what swap_tensors does to a Parameter in `module.to`
+        if is_param:
+            self._is_param = True  # isinstance(self, nn.Parameter) stays True (Parameter's metaclass)
+        python_dispatch(self, True)
+
+    torch.Tensor.data = property(base.__get__, set_data, doc=base.__doc__)
+    torch.Tensor._maya_data_adoption = True
+
+
 def make_fake_mode(on_placeholder: Callable[[str], None] | None = None) -> EmuFakeMode:
     """The fake mode device ops run under, with the GPU-like policies installed."""
     mode = EmuFakeMode(allow_non_fake_inputs=True)
     _install_placeholders()
     _install_foreach()
     _install_swap_fix(mode)
+    from emulator.device import boot
+
+    functions = boot.device_functions()
+    if functions is not None:
+        _install_data_adoption(functions["python_dispatch"])
     _placeholder_hook.clear()
     if on_placeholder is not None:
         _placeholder_hook.append(on_placeholder)

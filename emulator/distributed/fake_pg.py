@@ -54,7 +54,11 @@ def groups() -> list[dict]:
     return list(_log.groups) if _log is not None else []
 
 
-def _install_group_log(rank: int, world_size: int) -> None:
+def _install_group_log(rank: int, world_size: int, fake: bool = True) -> None:
+    """Log every group made; with `fake`, every new group is a fake one too, whatever backend it asks for:
+    `new_group(backend="gloo")` (megatron-core makes a gloo twin of each group for host tensors) would
+    build a real ProcessGroupGloo over the FakeStore ("Not implemented"). Collectives on host tensors
+    are not recorded (no device work), so such a group only has to exist."""
     global _log
     _log = _GroupLog(rank)
     helper = c10d._new_process_group_helper
@@ -63,6 +67,9 @@ def _install_group_log(rank: int, world_size: int) -> None:
     @functools.wraps(helper)
     def new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store, group_name,
                                  *args, **kwargs):
+        if fake and str(backend).lower() != "fake":
+            backend = c10d.Backend("fake")
+            kwargs.pop("backend_options", None)  # NCCL / gloo options mean nothing to the fake group
         out = helper(group_size, group_rank, global_ranks_in_group, backend, store, group_name, *args, **kwargs)
         if not _log._in_split:
             ranks = list(global_ranks_in_group) or list(range(world_size))
@@ -95,7 +102,7 @@ _recorder = None  # the rank's recorder, for the Python that stands in for C++ (
 
 def install(rank: int, world_size: int, recorder=None, real: bool = False) -> None:
     """Redirect process-group creation (fake backend unless `real`), patch DDP, log groups, record waits."""
-    _install_group_log(rank, world_size)
+    _install_group_log(rank, world_size, fake=not real)
     dist.is_nccl_available = lambda: True
     c10d.is_nccl_available = lambda: True
     original = c10d.init_process_group
@@ -122,6 +129,7 @@ def install(rank: int, world_size: int, recorder=None, real: bool = False) -> No
         _patch_get_backend()
         _patch_monitored_barrier()
         _patch_ddp()
+        _register_coalesced_meta()
     global _recorder
     _recorder = recorder
     if recorder is not None:
@@ -170,6 +178,26 @@ def _patch_monitored_barrier() -> None:
     monitored_barrier._maya = True
     c10d.monitored_barrier = monitored_barrier
     dist.monitored_barrier = monitored_barrier
+
+_COALESCED = ("allreduce_coalesced_", "allgather_coalesced_", "allgather_into_tensor_coalesced_",
+              "reduce_scatter_tensor_coalesced_")
+_coalesced_lib: list = []
+
+
+def _register_coalesced_meta() -> None:
+    """Meta kernels for the coalesced collectives: torch registers them for every other c10d op
+    (torch/distributed/_meta_registrations.py) but left these out, so on fake tensors they had no
+    kernel at all (megatron-core's gradient finalisation all-reduces through `allreduce_coalesced`).
+    Like the others, they return a completed FakeWork; the outputs are written in place."""
+    if _coalesced_lib:
+        return
+    from torch.distributed._meta_registrations import create_fakework
+
+    lib = torch.library.Library("c10d", "IMPL")
+    for op in _COALESCED:
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"c10d::{op}", "Meta"):
+            lib.impl(op, lambda *args: create_fakework(args, return_first_arg=False), "Meta")
+    _coalesced_lib.append(lib)  # the registrations live as long as the library object
 
 
 def _patch_work_wait(recorder) -> None:

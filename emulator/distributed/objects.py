@@ -49,7 +49,15 @@ class Exchange:
         os.replace(tmp, path)
 
     def get(self, channel: str, from_rank: int):
+        return self.later(channel, from_rank)()
+
+    def later(self, channel: str, from_rank: int):
+        """`get`, deferred: takes the channel's next value's place now and returns a function that
+        reads it (waiting for it then), so a value nobody reads never makes the ranks wait."""
         path = self._key(channel)
+        return lambda: self._read(path, channel, from_rank)
+
+    def _read(self, path: Path, channel: str, from_rank: int):
         deadline = time.monotonic() + self.timeout_s
         delay = 0.005
         while not path.exists():

@@ -18,9 +18,10 @@ from emulator.collate.job import CollatedJob
 from emulator.core.hardware import GPUSpec
 from emulator.core.ops import op_family
 from emulator.core.predictor_io import FALLBACK, LEARNED, signature_frame
+from emulator.core.roofline import roofline_durations
 from emulator.estimate.base import Predictor, predict_unique
 from emulator.estimate.roofline import NETWORK_LABEL, NetworkPredictor
-from emulator.trace.schema import COMM_KINDS
+from emulator.trace.schema import COMM_KINDS, HOST_KINDS
 
 
 @dataclass
@@ -98,6 +99,12 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
     if frames:
         allk = pd.concat(frames, ignore_index=True)
         d, s, a = predict_unique(kernels, allk)
+        guessed = allk["args"].str.contains('"unsupported": true', regex=False).to_numpy()
+        if guessed.any():  # best-guess rows of `--allow-unsupported`: no predictor knows the op
+            d, s, a = d.copy(), s.copy(), a.copy()
+            d[guessed] = roofline_durations(allk[guessed], spec)
+            s[guessed] = FALLBACK
+            a[guessed] = 0.0
         i = 0
         for r, rows in owners:
             n = len(rows)
@@ -109,6 +116,12 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
             _add_budget(budget, [op_family(rep.op[j]) for j in rows], [rep.iteration[j] for j in rows], d[i:i + n],
                         s[i:i + n] == FALLBACK, a[i:i + n], rep_count[r])
             i += n
+    # ops the host's CPU runs on offloaded tensors: no GPU predictor applies; the host model of the
+    # roofline (labelled fallback), host time rather than device time in the coverage shares
+    for r, rep in job.reps.items():
+        hosts = [i for i, k in enumerate(rep.kind) if k in HOST_KINDS]
+        if hosts:
+            base[r][hosts] = roofline_durations(signature_frame(rep.table, hosts), spec)
     # collectives and p2p: depend on where each rank's group sits in the cluster
     comm_sig: dict[int, list[dict]] = {}
     for r, rep in job.reps.items():

@@ -55,12 +55,15 @@ def clear_outputs(out: Path) -> None:
 def run_emulation(script: str | None, module: str | None, argv: list[str], gpu: str, nproc_per_node: int = 1,
                   nnodes: int = 1, iterations: int | None = None, out: Path | str = "out", dedup: bool = True,
                   jobs: int | None = None, verify: int = 0, worker: list[str] | None = None,
-                  console: Console | None = None) -> EmulationSummary:
+                  console: Console | None = None, routing: str | None = None,
+                  allow_unsupported: bool = False) -> EmulationSummary:
     """Emulate the program on `nproc_per_node * nnodes` ranks of `gpu`; returns (and writes) emulation.json.
 
     `verify` (default: $MAYA_DEDUP_VERIFY, else 0) emulates that many extra, randomly chosen
     deduplicated ranks and checks their work matches their representative's. `worker` replaces
-    the worker command (tests).
+    the worker command (tests). `routing`: the policy for data-dependent sizes (`emulator.core.routing`).
+    `allow_unsupported`: an op without a fake kernel gets a best-guess output (counted, timed by the
+    roofline) instead of stopping the run with a message naming it.
     """
     if not verify:
         try:
@@ -68,7 +71,8 @@ def run_emulation(script: str | None, module: str | None, argv: list[str], gpu: 
         except ValueError:
             verify = 0
     job = EmulationJob(script=str(script) if script else None, module=module, argv=list(argv or []), gpu=gpu,
-                       nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=Path(out))
+                       nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=Path(out),
+                       routing=routing, allow_unsupported=allow_unsupported)
     if worker:
         job.worker = list(worker)
     return launch(job, dedup=dedup, jobs=jobs, verify=verify, console=console, mode="emulate")

@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.core.routing import RoutingPolicy, RoutingPolicyError
+
 WORKER = [sys.executable, "-m", "emulator.launch.worker"]
 
 
@@ -28,6 +30,8 @@ class EmulationJob:
     out: Path
     profile: bool = False
     timing_only: bool = False  # profile: time iterations, record no trace
+    routing: str | None = None  # emulator.core.routing spec (None: the default, balanced)
+    allow_unsupported: bool = False  # ops without a fake kernel: best guess and roofline instead of stopping
     worker: list[str] = field(default_factory=lambda: list(WORKER))  # tests replace the worker program
 
     @property
@@ -44,6 +48,11 @@ class EmulationJob:
             return f"no such script: {self.script}"
         if not self.script and not self.module:
             return "give a script or -m module"
+        if self.routing:
+            try:
+                RoutingPolicy.parse(self.routing)
+            except RoutingPolicyError as e:
+                return str(e)
         return None
 
     def gpu_table(self) -> dict | None:
@@ -65,6 +74,10 @@ class EmulationJob:
                 "--nnodes", str(self.nnodes), "--node-rank", str(rank // self.nproc_per_node), "--out", str(self.out)]
         if self.iterations is not None:
             cmd += ["--iterations", str(self.iterations)]
+        if self.routing:
+            cmd += ["--routing", self.routing]
+        if self.allow_unsupported:
+            cmd.append("--allow-unsupported")
         if self.profile:
             cmd.append("--profile")
             if self.timing_only:

@@ -46,11 +46,13 @@ def merge(job: EmulationJob, runs: dict[int, RankRun], rank_map: dict[int, int],
     first = summaries.get(0) or next(iter(summaries.values()), None)
     unsupported: Counter = Counter()
     placeholders: Counter = Counter()
+    compiled: Counter = Counter()
+    eager: Counter = Counter()
     for s in summaries.values():
-        for op, n in s.unsupported_ops.items():
-            unsupported[op] = max(unsupported[op], int(n))
-        for kind, n in s.placeholders.items():
-            placeholders[kind] = max(placeholders[kind], int(n))
+        for total, counts in ((unsupported, s.unsupported_ops), (placeholders, s.placeholders),
+                              (compiled, s.compiled), (eager, s.eager_fallbacks)):
+            for key, n in counts.items():
+                total[key] = max(total[key], int(n))
     failed_rank = failed[0] if failed else (oom_reps[0] if oom_reps else None)
     error = None
     if failed_rank is not None:
@@ -79,14 +81,16 @@ def merge(job: EmulationJob, runs: dict[int, RankRun], rank_map: dict[int, int],
         oom=bool(oom_reps), oom_ranks=sorted(r for r, rep in rank_map.items() if rep in oom_reps),
         oom_message=next((s.oom_message for s in summaries.values() if s.oom_message), None),
         ooms_caught={str(r): s.ooms_caught for r, s in sorted(summaries.items()) if s.ooms_caught},
-        unsupported_ops=dict(unsupported), placeholders=dict(placeholders), emulation_wall_s=wall,
+        unsupported_ops=dict(unsupported), placeholders=dict(placeholders), compiled=dict(compiled),
+        eager_fallbacks=dict(eager), emulation_wall_s=wall,
         ranks_emulated=sorted(summaries), rank_map={str(r): int(rep) for r, rep in sorted(rank_map.items())},
         groups=[{"name": g.get("name"), "ranks": g.get("ranks")} for g in (first.groups if first else [])],
         failed_rank=failed_rank, error=error, rank_wall_s={str(r): run.wall_s for r, run in sorted(runs.items())},
         # profile: the wall time of every iteration on every rank, as measured (emulation: its own speed)
         measured_iterations_s=({str(r): list(s.iteration_wall_s) for r, s in sorted(summaries.items())}
                                if mode == "profile" else None),
-        work_hash={str(r): s.work_hash for r, s in sorted(summaries.items())}, dedup=dedup_info)
+        work_hash={str(r): s.work_hash for r, s in sorted(summaries.items())}, dedup=dedup_info,
+        routing=first.routing if first else None)
 
 
 def report(summary: EmulationSummary, console: Console) -> None:
@@ -118,6 +122,12 @@ def report(summary: EmulationSummary, console: Console) -> None:
     if summary.ooms_caught:
         console.print(f"[yellow]the program caught torch.cuda.OutOfMemoryError and went on[/yellow] "
                       f"(rank: count {summary.ooms_caught})")
+    if summary.eager_fallbacks:
+        console.print(f"[yellow]torch.compile ran eagerly (Triton is not installed, or MAYA_COMPILE=eager): "
+                      f"{summary.eager_fallbacks}; the trace holds the unfused ops[/yellow]")
+    if {"topk", "bincount"} & set(summary.placeholders):
+        console.print(f"router choices and token counts follow the routing policy {summary.routing or 'balanced'} "
+                      "(--routing)")
     mismatches = (summary.dedup or {}).get("mismatches")
     if mismatches:
         console.print(f"[yellow]dedup check: ranks {mismatches} differ from their representative; "

@@ -35,7 +35,7 @@ from emulator.trace.summaries import RankSummary, SummaryError
 # How long a rank emulated without its peers waits for a Python object from one (see
 # emulator.distributed.objects); short, because the launcher then re-runs the ranks together.
 PROBE_EXCHANGE_TIMEOUT_S = 10
-_EXCHANGE_CHANNEL = re.compile(r"ObjectExchangeTimeout.*?\((?:p2p|bcast|ag)\.([^.\s]+)\.", re.S)
+_EXCHANGE_CHANNEL = re.compile(r"ObjectExchangeTimeout.*?\((?:p2p|bcast|tbcast|ag)\.([^.\s]+)\.", re.S)
 STOP_GRACE_S = 20  # how long a stopped worker may take to write its outputs before it is killed
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                   "TORCHELASTIC_RUN_ID")

@@ -50,6 +50,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--timing-only", action="store_true",
                    help="with --profile: time iterations only, record nothing (the program's own speed)")
+    p.add_argument("--routing", default=None, help="routing policy for data-dependent sizes (emulator.core.routing)")
+    p.add_argument("--allow-unsupported", action="store_true",
+                   help="record ops without a fake kernel with a best-guess output instead of stopping")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--script")
     g.add_argument("--module")

@@ -19,7 +19,10 @@ expandable segments, no garbage-collection threshold):
 - when a new segment would exceed the device capacity, every fully free cached segment is
   released and the allocation retried (counted in `num_alloc_retries`); if it still does not
   fit, `OutOfMemory` is raised with the text the real allocator uses, and nothing changes;
-- `empty_cache()` releases every fully free segment.
+- `empty_cache()` releases every fully free segment, except those of CUDA-graph private pools:
+  streams from PRIVATE_POOL_STREAMS on are a captured graph's pool (the recorder allocates a
+  capture there), kept reserved for the graph as a live graph's pool is, through empty_cache and
+  the out-of-memory retry alike.
 
 This module is the reference model: readable, tested on its own (tests/emulator/test_allocator.py)
 and importable anywhere. An emulated rank runs its C++ twin (emulator/memory/device_memory.cpp,
@@ -34,6 +37,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 MIN_BLOCK = 512  # every allocation is a multiple of this
+PRIVATE_POOL_STREAMS = 1 << 40  # stream keys of CUDA-graph private pools (see the module docstring)
 SMALL_SIZE = 1 << 20  # requests up to this size use the small pool
 SMALL_BUFFER = 2 << 20  # small-pool segment size
 LARGE_BUFFER = 20 << 20  # segment for large requests below MIN_LARGE_ALLOC
@@ -153,6 +157,7 @@ class CachingAllocator:
         self._free: tuple[dict[int, _Block], dict[int, _Block]] = ({}, {})  # key -> free block
         self._live: dict[int, _Block] = {}  # handle -> allocated block
         self._streams: dict[int, int] = {}  # caller's stream id -> dense index (keys need small ints)
+        self._private: list[bool] = []  # by dense index: a CUDA-graph private pool
         self._next_addr = 1 << 21
         self._next_handle = 1
         self._stats = {name: [0] * 12 for name in _STAT_NAMES}  # see _inc
@@ -175,6 +180,7 @@ class CachingAllocator:
         sidx = self._streams.get(stream)
         if sidx is None:
             sidx = self._streams[stream] = len(self._streams)
+            self._private.append(stream >= PRIVATE_POOL_STREAMS)
         size = round_size(nbytes)
         pool = _SMALL if size <= SMALL_SIZE else _LARGE
         st = self._stats
@@ -220,11 +226,11 @@ class CachingAllocator:
         self._release_block(block)
 
     def empty_cache(self) -> None:
-        """Give every fully free segment back to the device (torch.cuda.empty_cache)."""
+        """Give every fully free segment back to the device (torch.cuda.empty_cache), private pools' aside."""
         for pool in (_SMALL, _LARGE):
             for key in list(self._keys[pool]):
                 block = self._free[pool].get(key)
-                if block is not None and block.prev is None and block.next is None:
+                if block is not None and block.prev is None and block.next is None and not self._private[block.stream]:
                     self._drop_segment(block)
 
     def reset_peak(self) -> None:

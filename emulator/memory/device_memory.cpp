@@ -10,7 +10,8 @@
 // same random requests and compares every figure).
 //
 // Storages free themselves: `own` allocates a block for a fake tensor's (meta) storage and
-// gives the storage a DataPtr whose deleter returns the block to the allocator. A storage dies
+// gives the storage a DataPtr whose deleter returns the block to the allocator and whose pointer
+// is the block's emulated address (see point_at_block). A storage dies
 // exactly when the real one would release its block (its last tensor or view is gone), on
 // whichever thread drops it, so the allocator is guarded by a mutex. `resize` follows
 // `UntypedStorage.resize_` (FSDP2 frees and re-grows unsharded parameters that way).
@@ -67,6 +68,10 @@ struct Block {
 
 using Key = std::tuple<int, int64_t, int64_t>;  // (stream, size, address): best fit is a lower_bound
 
+// Stream keys from here on are CUDA-graph private pools (allocator.py PRIVATE_POOL_STREAMS): their free
+// segments stay reserved through empty_cache and the out-of-memory retry, as a live graph's pool does.
+constexpr int64_t kPrivatePoolStreams = int64_t(1) << 40;
+
 struct OutOfMemory {
   int64_t segment;  // the cudaMalloc that could not be made
 };
@@ -97,6 +102,7 @@ class Allocator {
     if (nbytes <= 0) return 0;
     auto found = streams_.find(stream);
     int sidx = found != streams_.end() ? found->second : (streams_[stream] = static_cast<int>(streams_.size()));
+    if (sidx == static_cast<int>(private_.size())) private_.push_back(stream >= kPrivatePoolStreams);
     const int64_t size = round_size(nbytes);
     const int pool = size <= kSmallSize ? kSmall : kLarge;
     const int off = kOffset[pool];
@@ -138,12 +144,18 @@ class Allocator {
     return true;
   }
 
+  // the emulated device address of a live block (0 for handle 0: nothing allocated)
+  int64_t address(int64_t handle) const {
+    auto it = live_.find(handle);
+    return it == live_.end() ? 0 : it->second->addr;
+  }
+
   void empty_cache() {
     for (int pool : {kSmall, kLarge}) {
       for (auto it = free_[pool].begin(); it != free_[pool].end();) {
         Block* block = it->second;
         ++it;  // dropping erases the current entry only
-        if (block->prev == nullptr && block->next == nullptr) drop_segment(block);
+        if (block->prev == nullptr && block->next == nullptr && !private_[block->stream]) drop_segment(block);
       }
     }
   }
@@ -162,6 +174,7 @@ class Allocator {
   std::map<Key, Block*> free_[2];
   std::unordered_map<int64_t, Block*> live_;
   std::unordered_map<int64_t, int> streams_;
+  std::vector<bool> private_;  // by stream index: a CUDA-graph private pool (kPrivatePoolStreams)
   int64_t next_addr_ = 1 << 21;
   int64_t next_handle_ = 1;
 
@@ -283,6 +296,19 @@ Owned* owner_of(c10::StorageImpl* s) {
   return p.get_deleter() == &release_owned ? static_cast<Owned*>(p.get_context()) : nullptr;
 }
 
+// Point an owned storage at its block's emulated address (caller holds the allocator's lock).
+// Why an address and not nullptr: libraries read `untyped_storage().data_ptr()` to tell whether
+// a storage is allocated (FSDP1's `_data_ptr_allocated` after it re-grows an unsharded flat
+// parameter, SHARD_GRAD_OP's writeback assert) and whether two tensors share memory
+// (`_same_storage`); on a GPU a live block has a distinct non-null address and a storage resized
+// to 0 has none. Nothing reads through the pointer: the storage stays a meta storage.
+void point_at_block(c10::StorageImpl* s, Owned* owned) {
+  void* ptr = reinterpret_cast<void*>(owned->allocator->address(owned->handle));
+  c10::DataPtr& old = s->_mutable_data_ptr_no_checks();
+  if (old.get_context() == owned) old.release_context();  // re-pointing: the deleter must not run
+  s->set_data_ptr_noswap(c10::DataPtr(ptr, owned, &release_owned, s->device()));
+}
+
 // ------------------------------------------------------------------ Python builtins
 // An allocator travels as a capsule; the functions take it first. Out of memory is not an
 // exception here: the call returns the size of the segment that could not be made (> 0) and the
@@ -350,12 +376,10 @@ c10::StorageImpl* storage_of(PyObject* tensor) {
 PyObject* own_storage(Allocator* a, c10::StorageImpl* s, long long nbytes, long long stream) {
   if (s == nullptr || owner_of(s) != nullptr) return PyLong_FromLong(0);
   int64_t handle = 0, failed;
-  {
-    std::lock_guard<std::mutex> guard(a->mu);
-    failed = a->try_malloc(nbytes, stream, handle);
-  }
+  std::lock_guard<std::mutex> guard(a->mu);
+  failed = a->try_malloc(nbytes, stream, handle);
   if (failed) return PyLong_FromLongLong(failed);
-  s->set_data_ptr_noswap(c10::DataPtr(nullptr, new Owned{a, handle}, &release_owned, s->device()));
+  point_at_block(s, new Owned{a, handle});
   return PyLong_FromLong(0);
 }
 
@@ -395,7 +419,9 @@ PyObject* resize(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::lock_guard<std::mutex> guard(a->mu);
   a->free(owned->handle);
   owned->handle = 0;
-  return PyLong_FromLongLong(a->try_malloc(nbytes, stream, owned->handle));
+  const int64_t failed = a->try_malloc(nbytes, stream, owned->handle);
+  point_at_block(static_cast<c10::StorageImpl*>(cdata), owned);
+  return PyLong_FromLongLong(failed);
 }
 
 // figures(alloc) -> (allocated, reserved, peak_allocated, peak_reserved)

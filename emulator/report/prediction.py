@@ -176,6 +176,10 @@ class Prediction:
     steady_iterations: list[int]
     host_speed: dict = field(default_factory=dict)  # how host gaps were scaled (emulator.hosttime)
     timeline: bool = False  # timeline.json was written
+    # emulator.core.routing: the policy that decided router choices and token counts, when the program had any
+    routing: str | None = None
+    # ops without a fake kernel recorded with a best guess (`--allow-unsupported`), timed by the roofline
+    unsupported_ops: dict = field(default_factory=dict)
     emulation_failed: dict | None = None  # {rank, error}: the trace stops where the program failed
     warning: str | None = None
     gpu_variant: dict | None = None  # a variant of a known part: its base and what differs (emulator.core.variants)
@@ -245,6 +249,8 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
         steady_iterations=steady,
         host_speed=dict(host_speed or {}),
         gpu_variant=describe_variant(spec),
+        routing=(summary.routing or "balanced") if {"topk", "bincount"} & set(summary.placeholders) else None,
+        unsupported_ops=dict(summary.unsupported_ops),
     )
     if summary.ok is False and not pred.oom:
         err = (summary.error or "").strip().splitlines()

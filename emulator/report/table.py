@@ -75,6 +75,13 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     if cond:
         t.add_row("training conditions", f"{_pct(est.get('adjusted_share'))} of device time added: "
                   f"{cond.get('assumption', '')}")
+
+    if pred.get("unsupported_ops"):
+        ops = pred["unsupported_ops"]
+        t.add_row("ops without a fake kernel (best guess, roofline)",
+                  ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())[:4]) + (" ..." if len(ops) > 4 else ""))
+    if pred.get("routing"):
+        t.add_row("expert routing (data-dependent sizes)", f"{pred['routing']} (--routing)")
     host = pred.get("host_speed") or {}
     if host:
         t.add_row("host time scale", f"x{host.get('scale', 1.0):.2f}: {host.get('source')}")

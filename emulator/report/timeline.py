@@ -21,9 +21,10 @@ from pathlib import Path
 from emulator.core.files import atomic_write_bytes
 from emulator.simulate.engine import SimResult
 from emulator.simulate.streams import CollectiveKey
-from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS
+from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS, HOST_KINDS
 
 HOST_TID = 100_000  # above any stream id and the communication lanes
+HOST_THREAD = 999  # the thread of `host_op` rows (ops the host CPU runs on offloaded tensors)
 MIN_WAIT_S = 1e-6  # shorter host waits are not drawn
 MiB = 2**20
 
@@ -40,6 +41,9 @@ def _thread(view, row: int, names: dict) -> int:
         tid = 1000 + sum(1 for t in names if t >= 1000)
         names[tid] = name
         return tid
+    if k in HOST_KINDS:
+        names.setdefault(HOST_THREAD, "host (CPU ops)")
+        return HOST_THREAD
     tid = int(rep.stream[row])
     names.setdefault(tid, f"stream {tid}")
     return tid
@@ -137,7 +141,7 @@ def build_timeline(result: SimResult, max_ranks: int = 64, launch_overhead_s: fl
             events += _memory_track(v, r, hosts)
         tids: dict = {}
         for i, k in enumerate(rep.kind):
-            if not (rep.launches[i]):
+            if not rep.launches[i] and k not in HOST_KINDS:
                 continue
             tid = _thread(v, i, tids)
             a = {"iteration": rep.iteration[i], "phase": rep.phase[i]}

@@ -21,7 +21,7 @@ per distinct trace, at most 32):
 - exposed_communication: communication time during which no compute runs;
 - idle: the rest of the iteration (waiting for the host, for other ranks, pipeline bubbles);
   compute + exposed_communication + idle = iteration time;
-- host: host-thread busy time (recorded host gaps + launch overheads); it overlaps the others.
+- host: host-thread busy time (recorded host gaps + launch overheads + `host_op` rows); it overlaps the others.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 
 from emulator.collate.job import RepTrace
 from emulator.simulate.engine import SimResult
-from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS
+from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS, HOST_KINDS
 
 
 @dataclass
@@ -55,8 +55,10 @@ def _rep_index(rep: RepTrace) -> dict:
         compute = np.array([k in DEVICE_KINDS and launch for k, launch in zip(kinds, rep.launches, strict=True)],
                            dtype=bool)
         comm = np.array([k in COMM_KINDS for k in kinds], dtype=bool)
+        host_ops = np.array([k in HOST_KINDS for k in kinds], dtype=bool)
         first = next((i for i, p in enumerate(rep.phase) if p in ("forward", "backward")), None)
         cache = dict(it=it, ids=sorted(set(rep.iteration)), compute=compute, comm=comm, first_train=first,
+                     paid=np.asarray(rep.pays_launch, dtype=bool), host_ops=host_ops,
                      gap=np.asarray(rep.host_gap, dtype=float), by_it={v: np.flatnonzero(it == v)
                                                                       for v in set(rep.iteration)})
         rep._analysis_index = cache  # type: ignore[attr-defined]
@@ -128,7 +130,10 @@ def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks:
         both = _union(np.concatenate([cs, ms]), np.concatenate([ce, me]))
         in_window = np.isin(ix["it"], steady)
         host = float(ix["gap"][in_window].sum()) + launch_overhead_s * int(
-            np.count_nonzero(in_window & (ix["compute"] | ix["comm"])))
+            np.count_nonzero(in_window & ix["paid"]))
+        on_host = in_window & ix["host_ops"]
+        if on_host.any():  # ops the host's CPU ran (CPU offload)
+            host += float((e[on_host] - s[on_host]).sum())
         acc["compute"] += compute / n_it
         acc["communication"] += comm / n_it
         acc["exposed_communication"] += (both - compute) / n_it

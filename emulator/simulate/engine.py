@@ -2,8 +2,10 @@
 
 Model (per rank):
 - The **host** walks the trace in host order. Before each device call it spends the recorded
-  `host_gap_s`, plus `launch_overhead_s` for calls that launch device work. It only blocks where
-  a real host blocks: `stream_sync`, `device_sync`, and a synchronous device-to-host copy; on a
+  `host_gap_s`, plus `launch_overhead_s` for calls that launch device work; the rows one CUDA-graph
+  replay launched (`graph_replay`) cost one launch together, the graph launch. It only blocks where
+  a real host blocks: `stream_sync`, `device_sync`, and a synchronous device-to-host copy; a
+  `host_op` (an op on offloaded host tensors) runs on the host itself, for its duration; on a
   CPU target (`synchronous`) also on every op and blocking collective, which run on its own time.
 - Each **stream** is a FIFO: an op starts at max(its launch time, the end of the stream's
   previous op) and runs for its estimated duration. `event_record` stamps the time the stream's
@@ -56,7 +58,7 @@ from emulator.simulate.streams import (
     SideStream,
     Wait,
 )
-from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS
+from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS, HOST_KINDS
 
 # The stream items and keys are NamedTuples; built with tuple.__new__ they skip NamedTuple's Python-level
 # __new__ (the same object, several times cheaper: the engine builds millions of them).
@@ -268,7 +270,7 @@ class Simulator:
             rs.host_t = max([rs.host_t] + [rs.tok[t] for t in rs.host_wait])
             rs.host_wait = []
         rep, view = rs.rep, rs.view
-        kinds, streams, gaps, launches = rep.kind, rep.stream, rep.host_gap, rep.launches
+        kinds, streams, gaps, launches, paid = rep.kind, rep.stream, rep.host_gap, rep.launches, rep.pays_launch
         iters, phases = rep.iteration, rep.phase
         n = len(kinds)
         world = self.job.world_size
@@ -284,11 +286,17 @@ class Simulator:
                 rs.unwaited.clear()
             rs.cur_iter, rs.prev_phase = iters[pos], phases[pos]
             rs.host_t += gaps[pos]
+            if k in HOST_KINDS:  # the host's CPU runs it, in program order
+                rs.start[pos] = rs.host_t
+                rs.host_t += rs.dur[pos]
+                rs.end[pos] = rs.host_t
+                continue
             if k in DEVICE_KINDS:
                 if not launches[pos]:
                     rs.start[pos] = rs.end[pos] = rs.host_t
                     continue
-                rs.host_t += self.launch
+                if paid[pos]:
+                    rs.host_t += self.launch
                 rs.issue[pos] = rs.host_t
                 self._push(rs, sk, pos)
                 if (rep.blocking[pos] or self.synchronous) and self._wait_for_stream(rs, sk):
@@ -296,7 +304,8 @@ class Simulator:
                 continue
             rs.start[pos] = rs.end[pos] = rs.host_t
             if k in COMM_KINDS:
-                rs.host_t += self.launch
+                if paid[pos]:
+                    rs.host_t += self.launch
                 self._issue_comm(rs, view, pos, sk, world)
                 if self.synchronous and not rep.async_op[pos] and self._wait_for_stream(rs, sk):
                     return

@@ -1,6 +1,6 @@
 """The trace: the contract between capture and prediction, and the files beside it.
 
-    schema.py      the columns (version 2) and the upgrade of version-1 tables
+    schema.py      the columns (version 3) and the upgrade of version-1 tables
     layout.py      every path of an output folder
     io.py          atomic reads and writes of traces and summaries
     summaries.py   RankSummary, EmulationSummary

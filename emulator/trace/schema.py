@@ -10,6 +10,10 @@ Version 2 moved what the simulator needs out of the `args` JSON into typed colum
 `async_op` (a collective/p2p whose issuing stream does not wait for it), `waits_for` (the op a
 completion-wait row waits for) and `blocking` (a device-to-host copy the host waits for).
 Version-1 files still read: `upgrade` derives the three columns from their `args`.
+Version 3 added `graph_replay`: the rows one CUDA-graph replay launched share its number, and the
+host launches them with one call (older files: null, every row launched on its own), and the
+`host_op` kind (an op the host's CPU runs on offloaded tensors; older files recorded those as
+kernels).
 """
 
 from __future__ import annotations
@@ -19,15 +23,18 @@ import json
 import pyarrow as pa
 import pyarrow.compute as pc
 
-TRACE_SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+TRACE_SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 KINDS = ("kernel", "collective", "p2p", "memcpy", "memset", "event_record", "event_wait",
-         "stream_sync", "device_sync", "marker")
+         "stream_sync", "device_sync", "marker", "host_op")
 PHASES = ("forward", "backward", "optimizer", "other")
 # A marker row: the program read `torch.cuda.Event.elapsed_time` (args: the start and end event ids).
 ELAPSED_TIME_MARKER = "cuda::event_elapsed_time"
 DEVICE_KINDS = frozenset({"kernel", "memset", "memcpy"})  # rows that run on a stream of the device
+# an op on host tensors the program moved off the device (CPU offload: FSDP1's optimizer step on offloaded
+# parameters): the host runs it, in program order, on its own time; it launches nothing
+HOST_KINDS = frozenset({"host_op"})
 COMM_KINDS = frozenset({"collective", "p2p"})
 
 _shape_list = pa.list_(pa.list_(pa.int64()))
@@ -63,6 +70,7 @@ TRACE_SCHEMA = pa.schema([
     pa.field("mem_reserved", pa.int64()),
     pa.field("duration_s", pa.float64()),  # measured, profile mode only (null in emulation)
     pa.field("placeholder", pa.bool_()),  # a data-dependent value was replaced by a placeholder here
+    pa.field("graph_replay", pa.int64()),  # the CUDA-graph replay (per rank, from 1) that launched this row
 ], metadata={b"maya.trace_schema_version": str(TRACE_SCHEMA_VERSION).encode()})
 
 COLUMNS = [f.name for f in TRACE_SCHEMA]

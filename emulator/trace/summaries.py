@@ -99,6 +99,7 @@ class RankSummary:
     placeholders: dict[str, int] = field(default_factory=dict)
     real_value_reads: int = 0
     eager_fallbacks: dict[str, int] = field(default_factory=dict)
+    compiled: dict[str, int] = field(default_factory=dict)  # torch.compile calls Inductor planned, and their modes
     wall_s: float = 0.0
     iteration_wall_s: list[float] = field(default_factory=list)  # emulation (or, profiling, the program's) speed
     iteration_cpu_s: list[float] = field(default_factory=list)
@@ -109,6 +110,7 @@ class RankSummary:
     # s_per_op of that workload at the start and after each iteration: the speed next to each iteration's gaps
     host_speed_by_iteration: list[float] = field(default_factory=list)
     fast_path: dict = field(default_factory=dict)
+    routing: str | None = None  # emulator.core.routing: the policy data-dependent sizes followed (emulation)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -151,6 +153,8 @@ class EmulationSummary:
     ooms_caught: dict[str, int] = field(default_factory=dict)  # rank -> OOMs the program caught and went on from
     unsupported_ops: dict[str, int] = field(default_factory=dict)
     placeholders: dict[str, int] = field(default_factory=dict)
+    compiled: dict[str, int] = field(default_factory=dict)  # torch.compile calls Inductor planned (and their modes)
+    eager_fallbacks: dict[str, int] = field(default_factory=dict)  # torch.compile calls run eagerly
     emulation_wall_s: float = 0.0
     ranks_emulated: list[int] = field(default_factory=list)
     rank_map: dict[str, int] = field(default_factory=dict)  # every rank -> the emulated rank whose trace it shares
@@ -161,6 +165,7 @@ class EmulationSummary:
     measured_iterations_s: dict[str, list[float]] | None = None  # profile: each rank's measured iteration times
     work_hash: dict[str, str | None] = field(default_factory=dict)
     dedup: dict | None = None
+    routing: str | None = None  # emulator.core.routing: the policy data-dependent sizes followed (emulation)
 
     def to_json(self) -> dict:
         return asdict(self)

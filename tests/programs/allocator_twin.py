@@ -6,7 +6,7 @@ import random
 import sys
 
 from emulator.device import boot
-from emulator.memory.allocator import CachingAllocator, oom_message, stats_dict
+from emulator.memory.allocator import PRIVATE_POOL_STREAMS, CachingAllocator, oom_message, stats_dict
 
 MiB = 1 << 20
 
@@ -63,7 +63,7 @@ def main(seed: int, steps: int) -> None:
     for step in range(steps):
         r = rng.random()
         if r < 0.55 or not live:
-            n, stream = sizes(rng), rng.choice((0, 0, 0, 7))
+            n, stream = sizes(rng), rng.choice((0, 0, 0, 7, PRIVATE_POOL_STREAMS + 1))  # and a graph pool
             try:
                 h_ref = ref.malloc(n, stream)
             except Exception as e:  # the reference model's OutOfMemory

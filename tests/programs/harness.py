@@ -54,7 +54,7 @@ def read(out: Path, rank: int, proc) -> WorkerRun:
 
 def run_worker(program: str, out: Path, *args: str, rank: int = 0, world: int = 1, gpu: str = "h100",
                extra: list[str] | None = None, timeout: float = 240) -> WorkerRun:
-    proc = subprocess.run(_cmd(program, out, rank, world, gpu, extra or [], list(args)), cwd=ROOT, env=_env(),
+    proc = subprocess.run(_cmd(program, out, rank, world, gpu, list(extra or []), list(args)), cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=timeout)
     return read(out, rank, proc)
 

@@ -1,5 +1,6 @@
 """Recording: the worker's outputs, iterations, attribution, placeholders, unsupported ops, profile mode."""
 
+import importlib.util
 import json
 
 import pytest
@@ -15,7 +16,7 @@ def train(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def misc():
-    return shared_run("misc_api.py")
+    return shared_run("misc_api.py", extra=("--allow-unsupported",))
 
 
 def test_trace_has_every_schema_column_and_valid_values(train):
@@ -86,9 +87,28 @@ def test_unsupported_op_is_listed_and_the_program_continues(misc):
     assert json.loads(row.args)["unsupported"] is True
 
 
-def test_torch_compile_runs_eagerly_and_is_reported(misc):
+def test_an_op_without_a_fake_kernel_stops_the_run_naming_it_its_module_and_line(tmp_path):
+    run = run_worker("unsupported_op.py", tmp_path)
+    assert run.rc == 1 and run.summary["ok"] is False
+    err = run.summary["error"]
+    assert "maya_test::no_fake_kernel has no fake (meta) kernel" in err
+    assert "module Net.inner" in err and "unsupported_op.py:12 (return no_fake_kernel(x) * 2)" in err
+    assert "--allow-unsupported" in err and "Traceback" not in err
+
+
+def test_with_allow_unsupported_the_op_is_guessed_counted_and_timed_by_the_roofline(tmp_path):
+    run = run_worker("unsupported_op.py", tmp_path, extra=["--allow-unsupported"])
+    assert run.rc == 0 and run.printed()["out_shape"] == "(4, 4)"
+    assert run.summary["unsupported_ops"] == {"maya_test::no_fake_kernel": 1}
+
+
+def test_torch_compile_is_planned_by_inductor_or_runs_eagerly_and_is_reported(misc):
     assert misc.printed()["compiled_shape"] == "(1000, 1000)"
-    assert misc.summary["eager_fallbacks"] == {"torch.compile": 1}
+    if importlib.util.find_spec("triton") is not None:  # Inductor generates the kernel a GPU would run
+        assert misc.summary["compiled"] == {"torch.compile": 1} and misc.summary["eager_fallbacks"] == {}
+        assert (misc.trace.op == "triton::pointwise").sum() == 1
+    else:
+        assert misc.summary["eager_fallbacks"] == {"torch.compile": 1}
 
 
 def test_failing_script_keeps_trace_and_traceback(tmp_path):

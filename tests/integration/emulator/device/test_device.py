@@ -9,7 +9,7 @@ from tests.programs.harness import run_worker, shared_run
 
 @pytest.fixture(scope="module")
 def misc():
-    return shared_run("misc_api.py")
+    return shared_run("misc_api.py", extra=("--allow-unsupported",))
 
 
 @pytest.fixture(scope="module")

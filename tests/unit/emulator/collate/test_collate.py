@@ -48,6 +48,14 @@ def test_members_issuing_different_collectives_is_reported():
         collate_tables(tables, _summary(2))
 
 
+def test_all_to_all_members_may_send_different_amounts_but_other_sizes_must_agree():
+    # an expert-parallel MoE's dispatch with uneven splits: each rank sends what it routed (all_to_allv)
+    collate_tables(_ranks_with({0: [("c10d::alltoall_base_", 4096)], 1: [("c10d::alltoall_base_", 1024)]}),
+                   _summary(2))
+    with pytest.raises(HangError, match="differs"):
+        collate_tables(_ranks_with({0: [("c10d::allreduce_", 4096)], 1: [("c10d::allreduce_", 1024)]}), _summary(2))
+
+
 def test_unmatched_send_is_reported():
     tables = {}
     for r in range(2):
@@ -77,7 +85,7 @@ def test_trace_of_another_schema_version_is_a_clear_error(tmp_path):
     path = rank_trace_path(out, 0)
     t = pq.read_table(path)
     pq.write_table(t.replace_schema_metadata({b"maya.trace_schema_version": b"99"}), path)
-    with pytest.raises(TraceSchemaError, match=r"trace schema version 99, this maya reads versions \[1, 2\]"):
+    with pytest.raises(TraceSchemaError, match=r"trace schema version 99, this maya reads versions \[1, 2, 3\]"):
         collate(out)
 
 

@@ -142,3 +142,22 @@ def test_no_predictor_for_the_gpu_says_how_to_get_one(registry):
     msg = str(e.value)
     assert "maya-kernels-l40s" in msg and "make calibrate GPU=l40s" in msg
     assert "python -m maya_models.train --gpu l40s --cross-gpu" in msg and "--roofline-only" in msg
+
+
+def test_a_best_guess_row_of_an_unsupported_op_is_timed_by_the_roofline_not_a_learned_model():
+    from emulator.bench.synthetic import TraceBuilder
+    from emulator.estimate.base import Predictor
+
+    class Learned(Predictor):
+        label, spec = "learned everywhere", H100
+
+        def predict(self, df):
+            return pd.DataFrame({"duration_s": [1.0] * len(df), "source": ["learned"] * len(df)})
+
+    b = TraceBuilder(0)
+    b.mm(64, 64, 64)
+    b.kernel("maya_test::no_fake_kernel", [[64, 64]], ["float32"], args={"unsupported": True})
+    job = collate_tables({0: b.table()}, EmulationSummary(world_size=1, nnodes=1, nproc_per_node=1, gpu="h100"))
+    est = estimate(job, H100, Learned(), RooflinePredictor(H100))
+    assert est.durations[0][0] == 1.0
+    assert 0 < est.durations[0][1] < 1e-3

@@ -155,3 +155,16 @@ def test_fast_enough_for_every_op():
         live[i % 16] = a.malloc(s)
     per_call = (time.perf_counter() - t0) / (2 * len(sizes))
     assert per_call < 20e-6  # target is < 5 us on an idle core; generous for a loaded CI box
+
+
+def test_a_cuda_graph_private_pool_keeps_its_free_segments_through_empty_cache():
+    from emulator.memory.allocator import PRIVATE_POOL_STREAMS
+
+    a = CachingAllocator(GiB)
+    inside = a.malloc(50 * MiB, stream=PRIVATE_POOL_STREAMS + 1)  # freed inside a capture
+    a.free(inside)
+    outside = a.malloc(50 * MiB)  # not served from the graph's pool
+    assert a.reserved == 100 * MiB
+    a.free(outside)
+    a.empty_cache()
+    assert a.reserved == 50 * MiB  # the graph's pool stays reserved for its replays

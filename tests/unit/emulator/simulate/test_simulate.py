@@ -240,3 +240,43 @@ def test_a_barrier_holds_every_member_until_the_last_arrives():
     assert res.end[1][barrier[1]] > res.start[1][barrier[1]]  # and the barrier itself takes time
     assert res.start[1][after[1]] >= res.end[1][barrier[1]]
     assert res.end[0][barrier[0]] == pytest.approx(res.end[1][barrier[1]])
+
+def test_a_cuda_graph_replay_costs_one_launch_not_one_per_kernel():
+    """Tiny kernels launched one by one are host-bound; the same kernels replayed from a CUDA graph
+    pay one launch per replay (`graph_replay`), so the step is as long as the device work."""
+    def rank(graphed: bool):
+        b = TraceBuilder(0, host_gap_s=0.0)
+        for it in range(3):
+            b.iteration = it
+            for _ in range(200):
+                row = b.kernel("aten::add", [[8], [8]], ["float32"] * 2)
+                if graphed:
+                    row["graph_replay"] = it + 1
+        return collate_tables({0: b.table()}, _summary(1))
+
+    _, eager = _run(rank(False))
+    _, graphed = _run(rank(True))
+    launch = 4e-6
+    assert eager.iteration_time_s >= 200 * launch
+    assert graphed.iteration_time_s < 0.8 * eager.iteration_time_s
+    assert graphed.breakdown_s["host"] == pytest.approx(launch, rel=1e-6)
+
+
+def test_host_ops_run_on_the_host_in_program_order_and_count_as_host_time():
+    """CPU offload: an op on offloaded host tensors (`host_op`) holds the host for its duration and
+    launches nothing; the device work after it starts later."""
+    def rank(host_ops: bool):
+        b = TraceBuilder(0, host_gap_s=0.0)
+        for it in range(3):
+            b.iteration = it
+            b.mm(1024, 1024, 1024)
+            if host_ops:
+                b._row("host_op", "aten::_foreach_lerp_", shapes=[[1 << 24], [1 << 24]],
+                       dtypes=["float32", "float32"], flops=float(1 << 24), bytes=float(3 * 4 << 24))
+        return collate_tables({0: b.table()}, _summary(1))
+
+    _, plain = _run(rank(False))
+    _, offload = _run(rank(True))
+    step = 3 * 4 * (1 << 24) / (0.7 * 75e9)  # the host model of the roofline: bytes at 70% of 75 GB/s
+    assert offload.breakdown_s["host"] == pytest.approx(step + 4e-6, rel=1e-3)
+    assert offload.iteration_time_s == pytest.approx(max(plain.iteration_time_s, step + 4e-6), rel=0.05)

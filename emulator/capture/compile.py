@@ -1,0 +1,242 @@
+"""torch.compile for the emulated GPU: Inductor's CUDA partitioning and fusion, each generated kernel one row.
+
+What a compiled model runs on a GPU is Inductor's plan for the target: extern kernels (mm,
+addmm, SDPA: aten ops) and generated Triton kernels that fuse the rest. This runs that plan:
+Dynamo traces the program's function with the recorder off (it does not trace under a dispatch
+mode), AOT autograd and Inductor compile the graphs with the program's fake tensors as example
+inputs, and the compiled code runs under the recorder, so its buffers are fake tensors of the
+emulated allocator and its extern kernels are recorded as aten ops. Each Triton kernel launch
+becomes one kernel row (`Recorder.record_launch`):
+
+    op       `triton::<kind>`: pointwise, reduction, persistent_reduction, template, split_scan, ...
+             (Inductor's heuristic type; family `generated` of `emulator.core.ops`, which no
+             learned predictor covers yet: the roofline times it, labelled fallback)
+    shapes   the tensor arguments' (dtypes, strides likewise)
+    args     {"kernel": its name, "numel": x elements, "rnumel": reduction elements, and features of
+             its body counted in the generated source: "loads", "stores", "reductions", "arith"
+             (binary arithmetic), "transcendental" (exp, log, sqrt, erf, tanh, sigmoid, ...)}
+    bytes    Inductor's own estimate of the kernel's traffic (`kernel_num_gb`, which counts sliced
+             inputs by their slices); without it the sizes of the tensor arguments (an upper bound)
+    flops    Inductor's estimate (`kernel_flop`, given for templates); else one per element
+             (numel x rnumel), as an eager elementwise row counts its outputs
+
+Nothing is compiled to device code and nothing is autotuned (no device to time configs on): a
+kernel's first config stands, GEMMs stay extern kernels under `mode="max-autotune"` (the choice
+needs benchmarks), and `mode="reduce-overhead"` records the same kernels launched one by one
+(Inductor's CUDA-graph trees need the CUDA caching allocator's private pools), counted under
+`compiled.modes` so the prediction is known to carry their launch cost.
+
+`available()` is False without Triton (Inductor generates no GPU code then); the session falls
+back to running compiled functions eagerly and counts them under `eager_fallbacks`.
+`MAYA_COMPILE=eager` asks for that fallback.
+
+Why each patch exists (torch 2.13 CPU build, triton 3.9):
+- every FakeTensorMode avoids device init, not only the emulator's: AOT autograd's and Inductor's
+  own fake modes otherwise run constant computations for real on "cuda", which a CPU build cannot
+  (Inductor's SDPA pattern tracing: "Could not run 'aten::empty_strided' with arguments from the
+  'CUDA' backend");
+- `joint_graph_constant_folding` off: that pass evaluates graph nodes on real device tensors;
+- Dynamo's `CudaInterface` bound torch.cuda's functions when first imported, before the shim;
+- Triton's active driver loads libcuda: a CudaDriver that only names the target (sm_XY) stands in,
+  and Triton kernels neither compile (`precompile`) nor launch (`run` records a row);
+- the generated code allocates and reinterprets buffers with C++ helpers that bypass the
+  dispatcher (`_empty_strided_cuda`, `_reinterpret_tensor`): torch's API instead, so they are fake;
+  `_cuda_getCurrentRawStream` is the emulated current stream's id.
+The emulator's module hooks are paused while Dynamo traces (it would trace them too); rows of a
+compiled region carry the module that called it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes, _pop_mode, _push_mode
+
+# benchmark_kernel: Inductor writes its byte and FLOP estimates into each kernel's metadata (and a
+# benchmark harness into the generated module, which nothing runs)
+_INDUCTOR_CONFIG = {"compile_threads": 1, "max_autotune": False, "max_autotune_gemm": False,
+                    "max_autotune_pointwise": False, "coordinate_descent_tuning": False,
+                    "joint_graph_constant_folding": False, "benchmark_kernel": True,
+                    "triton.cudagraphs": False, "triton.cudagraph_trees": False}
+_TRANSCENDENTAL = re.compile(r"\b(?:libdevice\.\w+|tl\.(?:exp|exp2|log|log2|sqrt|rsqrt|sin|cos|sigmoid|erf|"
+                             r"tanh|fdiv)|tl_math\.\w+|math\.\w+)\s*\(")
+_ARITH = re.compile(r"(?<=[\w)\]])\s*[-+*/%]\s*(?=[\w(])")
+
+
+def available() -> bool:
+    """Inductor can plan CUDA kernels here (Triton is installed) and the user did not ask for eager."""
+    if os.environ.get("MAYA_COMPILE", "inductor") == "eager":
+        return False
+    try:
+        import triton  # noqa: F401
+        from triton.backends.nvidia.driver import CudaDriver  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def install(rec, counts: Counter) -> None:
+    """Replace torch.compile by an Inductor compile whose kernels `rec` records; `counts` gets one entry per
+    compiled function (`torch.compile`) and per mode asked for (`mode=<mode>`)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    FakeTensorMode.avoid_device_init = property(lambda self: True)
+    _refresh_dynamo_device_interface()
+    _install_triton_stand_ins(rec)
+    original = torch.compile
+
+    def compile_for_emulation(model=None, *, backend="inductor", mode=None, options=None, **kwargs):
+        if model is None:  # used as @torch.compile(...)
+            return lambda fn: compile_for_emulation(fn, backend=backend, mode=mode, options=options, **kwargs)
+        if backend != "inductor":
+            return original(model, backend=backend, mode=mode, options=options, **kwargs)
+        counts["torch.compile"] += 1
+        if mode is not None:
+            counts[f"mode={mode}"] += 1
+        target = model.forward if isinstance(model, torch.nn.Module) else model
+        compiled = original(target, backend=functools.partial(_inductor_recorded, rec, dict(options or {})),
+                            **kwargs)
+
+        @functools.wraps(target)
+        def call(*args, **kw):
+            rec.tracker.pause()
+            try:
+                with _disable_current_modes():  # Dynamo does not trace under a dispatch mode
+                    return compiled(*args, **kw)
+            finally:
+                rec.tracker.resume()
+
+        if isinstance(model, torch.nn.Module):
+            model.forward = call  # a module stays a module (state_dict, parameters, .train())
+            return model
+        return call
+
+    compile_for_emulation.__wrapped__ = original
+    torch.compile = compile_for_emulation
+
+
+def _inductor_recorded(rec, options: dict, gm, example_inputs):
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+
+    user = {k: v for k, v in options.items() if k not in _INDUCTOR_CONFIG}  # the program's, except what needs a GPU
+    with config.patch({**user, **_INDUCTOR_CONFIG}):
+        compiled = compile_fx(gm, example_inputs)
+
+    def run(*args):
+        _push_mode(rec)  # the compiled graph runs under the recorder (the caller turned it off)
+        try:
+            return compiled(*args)
+        finally:
+            _pop_mode()
+
+    return run
+
+
+def _refresh_dynamo_device_interface() -> None:
+    from torch._dynamo.device_interface import CudaInterface
+
+    cuda = torch.cuda
+    for name in ("device", "Event", "Stream"):
+        setattr(CudaInterface, name, getattr(cuda, name))
+    for name, src in (("current_device", "current_device"), ("set_device", "set_device"),
+                      ("device_count", "device_count"), ("stream", "stream"), ("current_stream", "current_stream"),
+                      ("set_stream", "set_stream"), ("synchronize", "synchronize"),
+                      ("get_device_properties", "get_device_properties"), ("exchange_device", "_exchange_device"),
+                      ("maybe_exchange_device", "_maybe_exchange_device"), ("memory_allocated", "memory_allocated"),
+                      ("is_bf16_supported", "is_bf16_supported"), ("is_available", "is_available")):
+        setattr(CudaInterface, name, staticmethod(getattr(cuda, src)))
+
+
+def kernel_features(src: str) -> dict[str, int]:
+    """Counts over a generated Triton kernel's body: loads, stores, reductions, binary arithmetic and
+    transcendental calls (the features Maya's appendix uses for Triton kernels). Index arithmetic
+    counts too: a lower bound of neither, a consistent feature of both."""
+    body = [line.strip() for line in src.splitlines() if line.strip() and not line.strip().startswith(("#", "@"))]
+    text = "\n".join(body)
+    return {"loads": text.count("tl.load("), "stores": text.count("tl.store("),
+            "reductions": len(re.findall(r"\btl\.(?:sum|max|min|reduce|argmax|argmin)\(|triton_helpers\.\w+\(", text)),
+            "arith": len(_ARITH.findall(text)), "transcendental": len(_TRANSCENDENTAL.findall(text))}
+
+
+def describe_kernel(autotuner) -> tuple[str, dict, float | None, float | None]:
+    """(op, static args, flops, bytes) of one generated kernel, worked out once per kernel."""
+    cached = getattr(autotuner, "_maya_kernel", None)
+    if cached is not None:
+        return cached
+    fn = getattr(autotuner, "fn", None)
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
+    kind = getattr(getattr(autotuner, "heuristic_type", None), "name", "generated").lower()
+    src = getattr(fn, "src", "") or ""
+    meta = getattr(autotuner, "inductor_meta", None) or {}
+    num_gb = meta.get("kernel_num_gb")
+    flop = meta.get("kernel_flop")
+    args = {"kernel": name, **kernel_features(src)}
+    cached = (f"triton::{kind}", args, float(flop) if flop else None, float(num_gb) * 1e9 if num_gb else None)
+    autotuner._maya_kernel = cached
+    return cached
+
+
+def _install_triton_stand_ins(rec) -> None:
+    import torch._inductor.runtime.triton_heuristics as heuristics
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.driver import CudaDriver
+    from triton.runtime import driver
+
+    class EmulatedDriver(CudaDriver):
+        """The emulated GPU as Triton sees it: a target to generate code for, no libcuda (a CudaDriver,
+        so that Inductor's set_driver_to_gpu keeps it)."""
+
+        def __init__(self):  # CudaDriver's loads libcuda
+            major, minor = torch.cuda.get_device_capability()
+            self.target = GPUTarget("cuda", major * 10 + minor, 32)
+
+        def is_active(self):
+            return True
+
+        def get_current_target(self):
+            return self.target
+
+        def get_current_device(self):
+            return torch.cuda.current_device()
+
+        def set_current_device(self, device):
+            torch.cuda.set_device(device)
+
+        def get_current_stream(self, device=None):
+            return torch.cuda.current_stream().stream_id
+
+        def get_active_torch_device(self):
+            return torch.device("cuda", torch.cuda.current_device())
+
+        def get_device_interface(self):
+            return torch.cuda
+
+    driver.set_active(EmulatedDriver())
+
+    def precompile(self, *args, **kwargs):
+        self.compile_results = []  # no device code for a device that does not exist
+
+    def run(self, *args, stream=None, **kwargs):
+        op, static, flops, nbytes = describe_kernel(self)
+        names = list(getattr(self.fn, "arg_names", []) or [])
+        ints = {n: a for n, a in zip(names, args, strict=False) if isinstance(a, int) and n.endswith("numel")}
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        numel = int(ints.get("xnumel", 1)) * int(ints.get("ynumel", 1))
+        rnumel = int(ints.get("r0_numel", ints.get("rnumel", 1))) * int(ints.get("r1_numel", 1))
+        if flops is None:
+            flops = float(numel * rnumel)
+        rec.record_launch(op, tensors, {**static, "numel": numel, "rnumel": rnumel}, flops, nbytes)
+
+    heuristics.CachingAutotuner.precompile = precompile
+    heuristics.CachingAutotuner.run = run
+    torch._C._cuda_getCurrentRawStream = lambda device: torch.cuda.current_stream().stream_id
+    guards = torch._C._dynamo.guards
+    guards._empty_strided_cuda = lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype,
+                                                                                 device="cuda")
+    guards._reinterpret_tensor = lambda t, size, stride, offset=0: t.as_strided(size, stride,
+                                                                                t.storage_offset() + offset)

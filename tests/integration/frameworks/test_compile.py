@@ -1,0 +1,57 @@
+"""torch.compile of a 4-layer GPT (bf16 autocast, fused AdamW), the way nanoGPT compiles: Inductor plans the
+kernels a GPU would run; each generated Triton kernel is one `triton::<kind>` row."""
+
+import json
+
+import pytest
+
+from tests.integration.frameworks.run import emulate, ok, simulate
+
+pytest.importorskip("triton")
+
+
+@pytest.fixture(scope="module")
+def eager(tmp_path_factory):
+    return emulate("compiled_gpt.py", tmp_path_factory.mktemp("eager"), "--eager")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    return emulate("compiled_gpt.py", tmp_path_factory.mktemp("compiled"))
+
+
+def _kernels(run):
+    t = run.steady()
+    return t[t.kind == "kernel"]
+
+
+def test_compile_fuses_elementwise_and_norms_into_fewer_generated_kernels(eager, compiled):
+    assert eager.rc == 0 and compiled.rc == 0, ok(compiled)
+    e, c = _kernels(eager), _kernels(compiled)
+    assert len(c) < 0.9 * len(e)
+    assert not c.op.isin(["aten::native_layer_norm", "aten::gelu", "aten::native_layer_norm_backward"]).any()
+    generated = c[c.op.str.startswith("triton::")]
+    assert {"triton::pointwise", "triton::persistent_reduction"} <= set(generated.op)
+    # GEMMs and attention stay extern kernels, as Inductor leaves them to cuBLAS and flash attention
+    assert (c.op == "aten::mm").sum() == (e.op == "aten::mm").sum()
+    assert (c.op == "aten::_scaled_dot_product_flash_attention").sum() == 4
+
+
+def test_generated_kernel_rows_carry_inductors_bytes_and_body_features(compiled):
+    g = _kernels(compiled)
+    g = g[g.op.str.startswith("triton::")]
+    assert (g.bytes > 0).all() and (g.flops > 0).all()
+    args = [json.loads(a) for a in g.args]
+    assert all({"kernel", "numel", "rnumel", "loads", "stores", "arith", "transcendental"} <= set(a) for a in args)
+    norms = [a for a, op in zip(args, g.op, strict=True) if op == "triton::persistent_reduction"]
+    assert all(a["rnumel"] > 1 and a["reductions"] > 0 for a in norms)
+    assert compiled.summary["eager_fallbacks"] == {}
+    pred = simulate(compiled.out)
+    assert pred["iteration_time_s"] > 0
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_compile_modes_are_accepted(tmp_path, compiled, mode):
+    run = emulate("compiled_gpt.py", tmp_path / mode, "--mode", mode)
+    assert run.rc == 0 and run.summary["ok"], ok(run)
+    assert len(_kernels(run)) == len(_kernels(compiled))  # no autotuning, no CUDA-graph trees: the same plan
