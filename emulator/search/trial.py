@@ -29,6 +29,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from emulator.launch.job import BadJob
 from emulator.search.space import Plan
 from emulator.trace.schema import TRACE_SCHEMA_VERSION
 
@@ -193,6 +194,8 @@ def run_trial(spec: TrialSpec, predictors: dict, root: Path, cores: list[int] | 
             _simulate(row, spec, out, root, console)
     except KeyboardInterrupt:
         raise
+    except BadJob as e:  # the configuration cannot start (a missing script): its reason, not a traceback
+        return _crash(row, root, key, str(e), out, None, t0)
     except Exception:  # noqa: BLE001 - a crashing trial is a result; the search goes on
         return _crash(row, root, key, traceback.format_exc(), out, None, t0)
     row["trial_wall_s"] = time.perf_counter() - t0
