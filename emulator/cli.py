@@ -1,6 +1,7 @@
 """`maya`: the command line. Thin: each command parses flags and calls one function.
 
-Flags follow torchrun (`--nproc-per-node`, `--nnodes`) and `-m module` works like python's.
+torchrun's command line works (`emulator.cli_args`): `--nproc-per-node`, `--nnodes` size the job, its other
+launcher flags are accepted and ignored, and `-m module` works like python's.
 Calibration lives in `pipelines` (Dagster); it runs in its own process so the emulator never
 imports the orchestrator.
 
@@ -19,6 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from emulator import cli_args
+from emulator.cli_args import NNODES_HELP, NPROC_HELP, TorchrunCommand
 from emulator.core.exitcodes import Exit, outcome
 from emulator.core.exitcodes import table as exit_table
 
@@ -42,11 +45,39 @@ _PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False
 
 def _program(script: str | None, module: str | None,
              args: list[str] | None) -> tuple[str | None, str | None, list[str]]:
+    if script and not module and script.startswith("-") and script != "-":
+        _refuse(cli_args.unknown_flag_message(script))
     if bool(script) == bool(module):
         if module and script:  # `-m mod arg1 ...`: typer put the first program arg into SCRIPT
             return None, module, [script, *(args or [])]
         raise typer.BadParameter("give a SCRIPT or -m MODULE (exactly one)")
     return script, module, list(args or [])
+
+
+def _launcher(ctx: typer.Context, nproc_per_node: str, nnodes: str, gpus_per_node) -> tuple[int, int]:
+    """torchrun's launcher flags: (processes per node, nodes), after one note line for the ignored flags and
+    one for an elastic --nnodes range; `gpus_per_node` (a count, or a function giving it) sizes gpu/auto."""
+    if ctx.meta.get("torchrun_no_python"):
+        _refuse("--no-python cannot be honoured: maya emulates Python programs (give a script or -m module)")
+    try:
+        if str(nproc_per_node).strip().lower() in ("gpu", "auto", "cpu") and callable(gpus_per_node):
+            gpus_per_node = gpus_per_node()
+        nproc = cli_args.nproc_per_node(nproc_per_node, None if callable(gpus_per_node) else gpus_per_node)
+        nodes, elastic = cli_args.nnodes(nnodes)
+    except cli_args.LauncherFlagError as e:
+        _refuse(str(e))
+    err = _console(stderr=True)
+    for line in (cli_args.ignored_note(ctx.meta.get("torchrun_ignored") or []), elastic):
+        if line:
+            err.print(line, highlight=False, markup=False, soft_wrap=True)
+    return nproc, nodes
+
+
+def _local_gpus() -> int:
+    """GPUs of this machine for `maya profile --nproc-per-node gpu|auto` (1 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 1
 
 
 def _routing(spec: str | None) -> str | None:
@@ -106,14 +137,22 @@ def _check_predictors(spec, roofline_only: bool) -> None:
         _refuse(problem)
 
 
-@app.command(context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
+_SCRIPT = typer.Argument(None, help="training script (or use -m MODULE); what follows it is the program's")
+_ARGS = typer.Argument(None, help="arguments passed to the program, unchanged")
+_MODULE = typer.Option(None, "-m", "--module", help="run a module, like python -m")
+_NPROC = typer.Option("1", "--nproc-per-node", "--nproc_per_node", help=NPROC_HELP)
+_NNODES = typer.Option("1", "--nnodes", help=NNODES_HELP)
+
+
+@app.command(cls=TorchrunCommand, context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
 def emulate(
-    script: str = typer.Argument(None, help="training script (or use -m MODULE)"),
-    args: list[str] = typer.Argument(None, help="arguments passed to the program"),
-    module: str = typer.Option(None, "-m", help="run a module, like python -m"),
+    ctx: typer.Context,
+    script: str = _SCRIPT,
+    args: list[str] = _ARGS,
+    module: str = _MODULE,
     gpu: str = typer.Option("h100", help="target GPU (see `maya gpus`)"),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", "--nproc_per_node"),
-    nnodes: int = typer.Option(1, "--nnodes"),
+    nproc_per_node: str = _NPROC,
+    nnodes: str = _NNODES,
     iterations: int = typer.Option(None, "--iterations", help="stop cleanly after K optimizer steps"),
     out: Path = typer.Option(Path("out"), "--out", help="output folder for the trace"),
     dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once"),
@@ -126,18 +165,23 @@ def emulate(
 
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
+    nproc_per_node, nnodes = _launcher(ctx, nproc_per_node, nnodes, spec.gpus_per_node)
     summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
                        nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=out, dedup=dedup,
                        jobs=jobs, routing=_routing(routing), allow_unsupported=allow_unsupported)
     raise typer.Exit(summary.outcome())
 
 
-@app.command(context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
+@app.command(cls=TorchrunCommand, context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
 def profile(
-    script: str = typer.Argument(None),
-    args: list[str] = typer.Argument(None),
-    module: str = typer.Option(None, "-m"),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", "--nproc_per_node"),
+    ctx: typer.Context,
+    script: str = _SCRIPT,
+    args: list[str] = _ARGS,
+    module: str = _MODULE,
+    nproc_per_node: str = typer.Option("1", "--nproc-per-node", "--nproc_per_node",
+                                       help="processes per node, as torchrun: a number, or gpu / auto for this "
+                                            "machine's GPUs"),
+    nnodes: str = typer.Option("1", "--nnodes", help="as torchrun; profiling runs on this machine only: must be 1"),
     iterations: int = typer.Option(None, "--iterations"),
     out: Path = typer.Option(Path("out-profile"), "--out"),
     timing_only: bool = typer.Option(False, "--timing-only",
@@ -147,6 +191,9 @@ def profile(
     from emulator.launch.profile import run_profile
 
     script, module, argv = _program(script, module, args)
+    nproc_per_node, nodes = _launcher(ctx, nproc_per_node, nnodes, _local_gpus)
+    if nodes != 1:
+        _refuse(f"--nnodes {nnodes}: `maya profile` runs on this machine only (use `maya emulate` for a cluster)")
     summary = _run_job(run_profile, script=script, module=module, argv=argv, nproc_per_node=nproc_per_node,
                        iterations=iterations, out=out, timing_only=timing_only)
     raise typer.Exit(summary.outcome())
@@ -209,14 +256,15 @@ def simulate(
         gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline, roofline_only))[1])
 
 
-@app.command(context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
+@app.command(cls=TorchrunCommand, context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
 def predict(
-    script: str = typer.Argument(None),
-    args: list[str] = typer.Argument(None),
-    module: str = typer.Option(None, "-m"),
+    ctx: typer.Context,
+    script: str = _SCRIPT,
+    args: list[str] = _ARGS,
+    module: str = _MODULE,
     gpu: str = typer.Option("h100"),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", "--nproc_per_node"),
-    nnodes: int = typer.Option(1, "--nnodes"),
+    nproc_per_node: str = _NPROC,
+    nnodes: str = _NNODES,
     iterations: int = typer.Option(None, "--iterations"),
     out: Path = typer.Option(Path("out"), "--out"),
     dedup: bool = typer.Option(True, "--dedup/--no-dedup"),
@@ -236,6 +284,7 @@ def predict(
 
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
+    nproc_per_node, nnodes = _launcher(ctx, nproc_per_node, nnodes, spec.gpus_per_node)
     _check_predictors(spec, roofline_only)
     summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
                        nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=out, dedup=dedup,
