@@ -142,6 +142,10 @@ _ARGS = typer.Argument(None, help="arguments passed to the program, unchanged")
 _MODULE = typer.Option(None, "-m", "--module", help="run a module, like python -m")
 _NPROC = typer.Option("1", "--nproc-per-node", "--nproc_per_node", help=NPROC_HELP)
 _NNODES = typer.Option("1", "--nnodes", help=NNODES_HELP)
+_GPU = typer.Option("h100", "--gpu", help="target GPU part (see `maya gpus`)")
+_ITERATIONS = typer.Option(None, "--iterations", help="stop cleanly after K optimizer steps (default: run to the end)")
+_DEDUP = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once")
+_JOBS = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)")
 
 
 @app.command(cls=TorchrunCommand, context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
@@ -150,13 +154,13 @@ def emulate(
     script: str = _SCRIPT,
     args: list[str] = _ARGS,
     module: str = _MODULE,
-    gpu: str = typer.Option("h100", help="target GPU (see `maya gpus`)"),
+    gpu: str = _GPU,
     nproc_per_node: str = _NPROC,
     nnodes: str = _NNODES,
-    iterations: int = typer.Option(None, "--iterations", help="stop cleanly after K optimizer steps"),
+    iterations: int = _ITERATIONS,
     out: Path = typer.Option(Path("out"), "--out", help="output folder for the trace"),
-    dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once"),
-    jobs: int = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)"),
+    dedup: bool = _DEDUP,
+    jobs: int = _JOBS,
     routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
     allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
 ):
@@ -182,8 +186,8 @@ def profile(
                                        help="processes per node, as torchrun: a number, or gpu / auto for this "
                                             "machine's GPUs"),
     nnodes: str = typer.Option("1", "--nnodes", help="as torchrun; profiling runs on this machine only: must be 1"),
-    iterations: int = typer.Option(None, "--iterations"),
-    out: Path = typer.Option(Path("out-profile"), "--out"),
+    iterations: int = _ITERATIONS,
+    out: Path = typer.Option(Path("out-profile"), "--out", help="output folder for the measured trace"),
     timing_only: bool = typer.Option(False, "--timing-only",
                                      help="record nothing; only each iteration's wall time (the program's own speed)"),
 ):
@@ -233,20 +237,29 @@ def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, 
 
 
 _DEBUG = typer.Option(False, "--debug", help="on an unreadable folder, show the traceback, not one line")
+_CLUSTER = typer.Option(None, "--cluster", help="cluster description (JSON/TOML): part, nodes, links, price")
+_PRICE = typer.Option(None, "--price-per-gpu-hour",
+                      help="USD per GPU-hour for the cost (default: the cluster file's, else the part's price)")
+_TOKENS = typer.Option(None, "--tokens-per-iteration",
+                       help="tokens one optimizer step consumes, for tokens/s and cost per token")
+_TIMELINE = typer.Option(True, "--timeline/--no-timeline",
+                         help="write OUT/timeline.json (Perfetto); --no-timeline simulates rank classes only, faster")
+_ROOFLINE = typer.Option(False, "--roofline-only",
+                         help="time every op with the labelled analytical fallback (no predictors)")
 
 
 @app.command(epilog=EXIT_CODES)
 def simulate(
     trace_dir: Path = typer.Argument(..., help="an emulation output folder"),
     gpu: str = typer.Option(None, help="re-target another GPU (default: the emulated one)"),
-    nnodes: int = typer.Option(None, "--nnodes"),
-    nproc_per_node: int = typer.Option(None, "--nproc-per-node", "--nproc_per_node"),
-    cluster: Path = typer.Option(None, "--cluster", help="cluster description (JSON/TOML)"),
-    price_per_gpu_hour: float = typer.Option(None, "--price-per-gpu-hour"),
-    tokens_per_iteration: int = typer.Option(None, "--tokens-per-iteration"),
-    timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
-    roofline_only: bool = typer.Option(False, "--roofline-only",
-                                       help="time every op with the labelled analytical fallback (no predictors)"),
+    nnodes: int = typer.Option(None, "--nnodes", help="re-shape: nodes (default: the emulated job's)"),
+    nproc_per_node: int = typer.Option(None, "--nproc-per-node", "--nproc_per_node",
+                                       help="re-shape: GPUs per node (default: the emulated job's)"),
+    cluster: Path = _CLUSTER,
+    price_per_gpu_hour: float = _PRICE,
+    tokens_per_iteration: int = _TOKENS,
+    timeline: bool = _TIMELINE,
+    roofline_only: bool = _ROOFLINE,
     debug: bool = _DEBUG,
 ):
     """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
@@ -262,19 +275,18 @@ def predict(
     script: str = _SCRIPT,
     args: list[str] = _ARGS,
     module: str = _MODULE,
-    gpu: str = typer.Option("h100"),
+    gpu: str = _GPU,
     nproc_per_node: str = _NPROC,
     nnodes: str = _NNODES,
-    iterations: int = typer.Option(None, "--iterations"),
-    out: Path = typer.Option(Path("out"), "--out"),
-    dedup: bool = typer.Option(True, "--dedup/--no-dedup"),
-    jobs: int = typer.Option(None, "--jobs"),
-    cluster: Path = typer.Option(None, "--cluster"),
-    price_per_gpu_hour: float = typer.Option(None, "--price-per-gpu-hour"),
-    tokens_per_iteration: int = typer.Option(None, "--tokens-per-iteration"),
-    timeline: bool = typer.Option(True, "--timeline/--no-timeline"),
-    roofline_only: bool = typer.Option(False, "--roofline-only",
-                                       help="time every op with the labelled analytical fallback (no predictors)"),
+    iterations: int = _ITERATIONS,
+    out: Path = typer.Option(Path("out"), "--out", help="output folder: the traces, prediction.json, timeline.json"),
+    dedup: bool = _DEDUP,
+    jobs: int = _JOBS,
+    cluster: Path = _CLUSTER,
+    price_per_gpu_hour: float = _PRICE,
+    tokens_per_iteration: int = _TOKENS,
+    timeline: bool = _TIMELINE,
+    roofline_only: bool = _ROOFLINE,
     debug: bool = _DEBUG,
     routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
     allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
@@ -298,20 +310,20 @@ def predict(
 
 @app.command(context_settings=_PASSTHROUGH)
 def search(
-    script: str = typer.Argument(None),
-    args: list[str] = typer.Argument(None),
-    module: str = typer.Option(None, "-m"),
+    script: str = _SCRIPT,
+    args: list[str] = _ARGS,
+    module: str = _MODULE,
     space: Path = typer.Option(..., "--space", help="search-space file (TOML; format in the README)"),
     gpus: int = typer.Option(None, "--gpus", help="GPUs of the job (the space's `gpus`)"),
     objective: str = typer.Option(None, "--objective",
                                   help="time | cost | cost-per-token (default: the space file's, else time)"),
     budget: int = typer.Option(None, "--budget", help="configurations to evaluate (executed + cached; default 300)"),
     algorithm: str = typer.Option(None, "--algorithm", help="grid | random | cmaes (default cmaes)"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="random seed of the search algorithm"),
     workers: int = typer.Option(1, "--workers", help="trials at once, each on its own share of the cores"),
     engine: str = typer.Option("ray", "--engine", help="ray (Ray Tune) | inline (trials one by one, no Ray)"),
     ray_address: str = typer.Option(None, "--ray-address", help="run trials on this Ray cluster"),
-    roofline_only: bool = typer.Option(False, "--roofline-only"),
+    roofline_only: bool = _ROOFLINE,
     out: Path = typer.Option(Path("out/search"), "--out", help="folder for the Pareto plot and search.json"),
     top: int = typer.Option(15, "--top", help="rows of the ranked table"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON instead of the table"),
