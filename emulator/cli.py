@@ -30,8 +30,29 @@ if TYPE_CHECKING:
 
 EXIT_CODES = "Exit codes:\n\n\b\n" + exit_table()  # \b: click keeps the lines as they are
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, epilog=EXIT_CODES,
+app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=None, epilog=EXIT_CODES,
                   help="Predict time, memory and cost of a PyTorch training job on a GPU cluster, without the GPUs.")
+
+
+def _version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(dist: str) -> str:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return "not installed"
+
+    print(f"maya {v('maya')} (torch {v('torch')})")
+    raise typer.Exit(0)
+
+
+@app.callback()
+def _app(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="print maya's and torch's versions and exit")):
+    """Predict time, memory and cost of a PyTorch training job on a GPU cluster, without the GPUs."""
 
 
 def _console(stderr: bool = False) -> Console:
@@ -203,7 +224,7 @@ def profile(
     raise typer.Exit(summary.outcome())
 
 
-def run_simulation(trace_dir: Path, console: Console | None = None, debug: bool = False,
+def run_simulation(trace_dir: Path, console: Console | None = None, debug: bool = False, as_json: bool = False,
                    **options) -> tuple[Prediction | None, Exit]:
     """`maya simulate` (and the simulate half of `maya predict`): (the prediction, printed, and its exit
     code), or (None, code) after one line saying why the folder cannot be simulated (`debug`: the
@@ -212,7 +233,7 @@ def run_simulation(trace_dir: Path, console: Console | None = None, debug: bool 
     from emulator.report.table import print_prediction
     from emulator.trace.summaries import InterruptedEmulation
 
-    c = console or _console()
+    c = console or _console(stderr=as_json)
     try:
         pred = predict_from_trace(trace_dir, **options)
     except EXPECTED_ERRORS as e:
@@ -221,7 +242,21 @@ def run_simulation(trace_dir: Path, console: Console | None = None, debug: bool 
         (console or _console(stderr=True)).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         return None, Exit.INTERRUPTED if isinstance(e, InterruptedEmulation) else Exit.BAD_INPUT
     print_prediction(pred, c, out_dir=trace_dir)
+    if as_json:
+        _print_json(trace_dir, pred)
     return pred, outcome(oom=pred.oom, failed=pred.emulation_failed is not None, hang=pred.hang is not None)
+
+
+def _print_json(trace_dir: Path, pred: Prediction) -> None:
+    """prediction.json as written (the prediction's JSON when no file was written), alone on stdout."""
+    import json
+
+    from emulator.trace.layout import PREDICTION_JSON
+
+    f = trace_dir / PREDICTION_JSON
+    sys.stdout.write(f.read_text() if f.exists() else json.dumps(pred.to_json(), indent=1, default=str))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
 
 
 def simulate_command(trace_dir: Path, console: Console | None = None, **options) -> Prediction | None:
@@ -236,6 +271,8 @@ def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, 
                 timeline=timeline, roofline_only=roofline_only)
 
 
+_JSON = typer.Option(False, "--json", help="print prediction.json to stdout (only JSON there; the table goes to "
+                                          "stderr); exit codes unchanged")
 _DEBUG = typer.Option(False, "--debug", help="on an unreadable folder, show the traceback, not one line")
 _CLUSTER = typer.Option(None, "--cluster", help="cluster description (JSON/TOML): part, nodes, links, price")
 _PRICE = typer.Option(None, "--price-per-gpu-hour",
@@ -261,11 +298,12 @@ def simulate(
     timeline: bool = _TIMELINE,
     roofline_only: bool = _ROOFLINE,
     debug: bool = _DEBUG,
+    as_json: bool = _JSON,
 ):
     """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
     if gpu:
         gpu = _gpu(gpu).key
-    raise typer.Exit(run_simulation(trace_dir, debug=debug, **_simulate_options(
+    raise typer.Exit(run_simulation(trace_dir, debug=debug, as_json=as_json, **_simulate_options(
         gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline, roofline_only))[1])
 
 
@@ -290,6 +328,7 @@ def predict(
     debug: bool = _DEBUG,
     routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
     allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
+    as_json: bool = _JSON,
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launch.emulate import run_emulation
@@ -300,10 +339,11 @@ def predict(
     _check_predictors(spec, roofline_only)
     summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
                        nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=out, dedup=dedup,
-                       jobs=jobs, routing=_routing(routing), allow_unsupported=allow_unsupported)
+                       jobs=jobs, routing=_routing(routing), allow_unsupported=allow_unsupported,
+                       **({"console": _console(stderr=True)} if as_json else {}))
     if summary.outcome() not in (Exit.OK, Exit.OOM):  # an OOM run is still simulated: its memory is the answer
         raise typer.Exit(summary.outcome())
-    raise typer.Exit(run_simulation(out, debug=debug, **_simulate_options(
+    raise typer.Exit(run_simulation(out, debug=debug, as_json=as_json, **_simulate_options(
         spec.key, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline,
         roofline_only))[1])
 
