@@ -405,16 +405,96 @@ def search(
     raise typer.Exit(Exit.OK if result.best is not None else Exit.PROGRAM_FAILED)
 
 
+def _call(module: str, *args: str, **options) -> int:
+    """Run `python -m module ARGS --option VALUE ...` (True: a bare flag; None/False: left out) in its
+    own process, as the layering wants; its exit code."""
+    cmd = [sys.executable, "-m", module, *args]
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            cmd.append(flag)
+        elif isinstance(value, list | tuple):
+            cmd += [flag, *map(str, value)] if value else []
+        elif value not in (None, False):
+            cmd += [flag, str(value)]
+    return subprocess.call(cmd)
+
+
 @app.command()
 def calibrate(
     gpu: str = typer.Option(..., help="the part to calibrate; must be the local device (or 'cpu')"),
-    budget_s: float = typer.Option(None, "--budget-s", help="time budget for the kernel sweep"),
+    budget_s: float = typer.Option(None, "--budget-s", help="time budget of the kernel sweep (seconds)"),
+    collective_budget_s: float = typer.Option(None, "--collective-budget-s",
+                                              help="time budget of the collective sweep (seconds)"),
+    traces: list[Path] = typer.Option(None, "--traces",
+                                      help="an emulation output folder whose ops are benchmarked first (repeatable)"),
+    skip_predictors: bool = typer.Option(False, "--skip-predictors", help="measure only; do not train/publish"),
 ):
     """Measure the local device, train and publish its predictors (the Dagster chain)."""
-    cmd = [sys.executable, "-m", "pipelines.calibrate", "--gpu", _gpu(gpu).key]
-    if budget_s is not None:
-        cmd += ["--budget-s", str(budget_s)]
-    raise typer.Exit(subprocess.call(cmd))
+    raise typer.Exit(_call("pipelines.calibrate", gpu=_gpu(gpu).key, budget_s=budget_s,
+                           collective_budget_s=collective_budget_s, traces=list(traces or []),
+                           skip_predictors=skip_predictors))
+
+
+models = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                     help="The predictors in maya's MLflow registry: list, train, promote, roll back, bootstrap.")
+app.add_typer(models, name="models")
+
+_KIND = typer.Option(None, "--kind", help="kernels | collectives (default: both)")
+
+
+def _kind(kind: str | None) -> str | None:
+    if kind not in (None, "kernels", "collectives"):
+        _refuse(f"--kind {kind!r}: expected kernels or collectives")
+    return kind
+
+
+@models.command("list")
+def models_list(gpu: str = typer.Option(None, "--gpu", help="only this part's models (default: every part)")):
+    """Registered versions, aliases and scores."""
+    raise typer.Exit(_call("maya_models.registry", "list", gpu=gpu and _gpu(gpu).key))
+
+
+@models.command("train")
+def models_train(
+    gpu: str = typer.Option(..., "--gpu", help="the part to train predictors for"),
+    cross_gpu: bool = typer.Option(False, "--cross-gpu", help="train only on the other GPUs' measurements"),
+    kind: str = _KIND,
+    no_publish: bool = typer.Option(False, "--no-publish", help="register without running the champion gate"),
+    as_json: bool = typer.Option(False, "--json", help="print the metadata as JSON"),
+):
+    """Train the part's predictors on the warehouse's measurements, register them and gate the champion."""
+    raise typer.Exit(_call("maya_models.train", gpu=_gpu(gpu).key, cross_gpu=cross_gpu, kind=_kind(kind),
+                           no_publish=no_publish, json=as_json))
+
+
+@models.command("promote")
+def models_promote(
+    gpu: str = typer.Option(..., "--gpu", help="the part whose champion to set"),
+    kind: str = _KIND,
+    version: str = typer.Option(None, "--version", help="force this version (skips the gate); default: gate the "
+                                                        "latest"),
+):
+    """Make a registered version the champion (through the gate, unless --version forces one)."""
+    raise typer.Exit(_call("maya_models.registry", "promote", gpu=_gpu(gpu).key, kind=_kind(kind), version=version))
+
+
+@models.command("rollback")
+def models_rollback(
+    gpu: str = typer.Option(..., "--gpu", help="the part whose champion to roll back"),
+    kind: str = _KIND,
+):
+    """Move the champion back to the version that held it before."""
+    raise typer.Exit(_call("maya_models.registry", "rollback", gpu=_gpu(gpu).key, kind=_kind(kind)))
+
+
+@models.command("bootstrap")
+def models_bootstrap(
+    gpu: str = typer.Option("h100", "--gpu", help="the part to get default predictors for"),
+    force: bool = typer.Option(False, "--force", help="retrain even if a champion exists"),
+):
+    """Train default predictors from the committed reference data (what `make demo` and first use run)."""
+    raise typer.Exit(_call("maya_models.bootstrap", gpu=_gpu(gpu).key, force=force))
 
 
 @app.command()
