@@ -147,15 +147,57 @@ def _run_job(run, **kwargs):
         _refuse(str(e))
 
 
-def _check_predictors(spec, roofline_only: bool) -> None:
-    """Refuse at once, before a long emulation, when the target has no predictors to time it."""
+BOOTSTRAP_MINUTES = 2  # `python -m maya_models.bootstrap` on two cores (its rows per family are capped)
+
+
+def _check_predictors(spec, roofline_only: bool, bootstrap: bool = True) -> None:
+    """Before a long emulation: make sure the target has predictors to time it. On first use of a GPU part
+    they are trained from the committed reference data (`maya_models.bootstrap`, in its own process): the
+    part's own measurements, else the cross-GPU model from the other parts'. Refuse, naming the fix, with
+    `--no-bootstrap`, for the CPU (no reference data of it), or when bootstrapping does not produce them."""
     if roofline_only:
         return
-    from emulator.estimate.registry import predictors_available
+    from emulator.estimate.registry import predictors_available, reference_parts
 
     problem = predictors_available(spec)
-    if problem:
-        _refuse(problem)
+    if not problem:
+        return
+    part = spec.model_key
+    fix = f"\n  - or train them from the committed reference data: `maya models bootstrap --gpu {part}`"
+    if not bootstrap or spec.is_cpu:
+        _refuse(problem + ("" if spec.is_cpu else fix + " (or drop --no-bootstrap)"))
+    err = _console(stderr=True)
+    if part in reference_parts():
+        err.print(f"training predictors for {part} from the committed reference data (first use, "
+                  f"~{BOOTSTRAP_MINUTES} min) ...", highlight=False, markup=False)
+    else:
+        err.print(f"no reference measurements of {part}: training the cross-GPU predictors for it from the other "
+                  f"parts' committed reference data (first use, ~{BOOTSTRAP_MINUTES} min); the prediction will "
+                  "use the cross-GPU model ...", highlight=False, markup=False, soft_wrap=True)
+    rc = _stream([sys.executable, "-m", "maya_models.bootstrap", "--gpu", part], err)
+    problem = predictors_available(spec)
+    if rc != 0 or problem:
+        _refuse(f"bootstrapping the predictors for {part} failed (exit {rc})" + (f": {problem}" if problem else ""))
+
+
+def _stream(cmd: list[str], console: Console) -> int:
+    """Run `cmd`, its output line by line on `console` (stderr: stdout stays the answer's); its exit code."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            console.print("  " + line.rstrip(), highlight=False, markup=False, soft_wrap=True)
+        return proc.wait()
+
+
+def _trace_gpu(trace_dir: Path) -> str | None:
+    """The GPU a saved emulation targeted (None when its emulation.json cannot say)."""
+    import json
+
+    from emulator.trace.layout import EMULATION_JSON
+
+    try:
+        return json.loads((trace_dir / EMULATION_JSON).read_text()).get("gpu")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 _SCRIPT = typer.Argument(None, help="training script (or use -m MODULE); what follows it is the program's")
@@ -271,6 +313,9 @@ def _simulate_options(gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, 
                 timeline=timeline, roofline_only=roofline_only)
 
 
+_NO_BOOTSTRAP = typer.Option(False, "--no-bootstrap",
+                             help="without predictors for the part, refuse instead of training them from the "
+                                  "committed reference data (first use)")
 _JSON = typer.Option(False, "--json", help="print prediction.json to stdout (only JSON there; the table goes to "
                                           "stderr); exit codes unchanged")
 _DEBUG = typer.Option(False, "--debug", help="on an unreadable folder, show the traceback, not one line")
@@ -299,10 +344,19 @@ def simulate(
     roofline_only: bool = _ROOFLINE,
     debug: bool = _DEBUG,
     as_json: bool = _JSON,
+    no_bootstrap: bool = _NO_BOOTSTRAP,
 ):
     """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
     if gpu:
         gpu = _gpu(gpu).key
+    target = gpu or _trace_gpu(trace_dir)
+    if target:
+        from emulator.core.hardware import UnknownGPUError, get_gpu
+
+        try:
+            _check_predictors(get_gpu(target), roofline_only, bootstrap=not no_bootstrap)
+        except UnknownGPUError:
+            pass  # a variant part or an unreadable folder: predict_from_trace says what is wrong
     raise typer.Exit(run_simulation(trace_dir, debug=debug, as_json=as_json, **_simulate_options(
         gpu, nnodes, nproc_per_node, cluster, price_per_gpu_hour, tokens_per_iteration, timeline, roofline_only))[1])
 
@@ -329,6 +383,7 @@ def predict(
     routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
     allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
     as_json: bool = _JSON,
+    no_bootstrap: bool = _NO_BOOTSTRAP,
 ):
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launch.emulate import run_emulation
@@ -336,7 +391,7 @@ def predict(
     spec = _gpu(gpu)
     script, module, argv = _program(script, module, args)
     nproc_per_node, nnodes = _launcher(ctx, nproc_per_node, nnodes, spec.gpus_per_node)
-    _check_predictors(spec, roofline_only)
+    _check_predictors(spec, roofline_only, bootstrap=not no_bootstrap)
     summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
                        nproc_per_node=nproc_per_node, nnodes=nnodes, iterations=iterations, out=out, dedup=dedup,
                        jobs=jobs, routing=_routing(routing), allow_unsupported=allow_unsupported,

@@ -43,14 +43,16 @@ def test_bad_input_is_bad_input_and_writes_nothing(tmp_path, args):
 
 
 def test_predict_without_predictors_refuses_before_emulating(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "warehouse"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'empty.db'}")
     monkeypatch.setenv("MAYA_MODEL_CACHE", str(tmp_path / "no-cache"))
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit('an emulation started')\n")
     t0 = time.perf_counter()
-    res = runner.invoke(app, ["predict", "--gpu", "l4", "--out", str(tmp_path / "out"), str(script)])
+    res = runner.invoke(app, ["predict", "--gpu", "l4", "--no-bootstrap", "--out", str(tmp_path / "out"), str(script)])
     assert res.exit_code == Exit.BAD_INPUT, res.output
     assert "no predictors registered for GPU 'l4'" in res.output and "--roofline-only" in res.output
+    assert "maya models bootstrap --gpu l4" in res.output  # the fix for a part with reference data
     assert not (tmp_path / "out").exists()  # refused before anything ran
     assert time.perf_counter() - t0 < 60
 
