@@ -323,7 +323,8 @@ _CLUSTER = typer.Option(None, "--cluster", help="cluster description (JSON/TOML)
 _PRICE = typer.Option(None, "--price-per-gpu-hour",
                       help="USD per GPU-hour for the cost (default: the cluster file's, else the part's price)")
 _TOKENS = typer.Option(None, "--tokens-per-iteration",
-                       help="tokens one optimizer step consumes, for tokens/s and cost per token")
+                       help="tokens one optimizer step consumes, for tokens/s and cost per token (default: "
+                            "inferred from the input batch)")
 _TIMELINE = typer.Option(True, "--timeline/--no-timeline",
                          help="write OUT/timeline.json (Perfetto); --no-timeline simulates rank classes only, faster")
 _ROOFLINE = typer.Option(False, "--roofline-only",
