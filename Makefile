@@ -9,17 +9,21 @@ export MAYA_WAREHOUSE ?= $(CURDIR)/warehouse
 FRAMEWORKS     := tests/integration/frameworks
 FRAMEWORKS_STAMP := $(VENV)/.frameworks-installed
 
-.PHONY: setup test test-fast test-frameworks lint demo calibrate dagster mlflow bench validate evaluate search-eval clean
+.PHONY: setup constraints test test-fast test-frameworks lint demo calibrate dagster mlflow bench validate evaluate search-eval clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned: on machines without a GPU this resolves to the CPU wheel.
 	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q "torch>=2.13,<2.15"
-	$(BIN)/pip install -q -e ".[dev]"
+	@# constraints.txt: the versions the suite last passed with (`make constraints` regenerates it)
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 setup: $(STAMP)          ## create .venv and install maya with its dependencies
+
+constraints: $(STAMP)    ## regenerate constraints.txt from .venv (pip freeze without maya itself and torch, pinned above)
+	$(BIN)/pip freeze --exclude-editable | grep -v -E '^(torch==|maya==|-e |#)' > constraints.txt
 
 test: $(STAMP)           ## the whole suite, unit then integration tests (CPU only, no GPU needed)
 	$(BIN)/python -m pytest -q -x --durations=15 tests/unit tests/integration $(PYTEST_ARGS)

@@ -258,6 +258,7 @@ class Recorder(TorchDispatchMode):
         if self.policy == "emulate":
             self.probe_host_speed()
         self._iter_start = (time.perf_counter(), time.process_time())
+        _report_progress(self.steps)
         if self.max_iterations is not None and self.steps >= self.max_iterations:
             raise StopEmulation(f"stopped after {self.steps} iterations (--iterations)")
 
@@ -971,3 +972,18 @@ def _missing_kernel(e: BaseException) -> bool:
     msg = str(e)
     return any(s in msg for s in ("no fake impl", "fake kernel", "meta kernel", "Could not run", "does not have a meta",
                                   "NotImplementedError", "not implemented for 'Meta'", "has no meta"))
+
+
+def _report_progress(steps: int) -> None:
+    """Append `STEPS UNIX_TIME` to $MAYA_PROGRESS_FILE (when the launcher asked for it): one line per
+    optimizer step; the launcher reads whole lines only."""
+    from emulator.trace.layout import PROGRESS_FILE_ENV
+
+    path = os.environ.get(PROGRESS_FILE_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "a") as f:
+            f.write(f"{steps} {time.time():.3f}\n")
+    except OSError:  # progress is a nicety: never a reason for a rank to fail
+        pass

@@ -38,6 +38,16 @@ class RegistryPredictor(Predictor):
 
     def __init__(self, model, label: str, spec: GPUSpec):
         self.model, self.label, self.spec = model, label, spec
+        if self.mode() == "cross-gpu":  # say so wherever the label is shown (the table, prediction.json)
+            self.label += f" (cross-GPU model: no measurements of {spec.model_key} of its own)"
+
+    def mode(self) -> str | None:
+        """How the model was trained: "own" (this part's measurements), "cross-gpu" (the other parts'), or
+        None for a model that does not say."""
+        try:
+            return self.model.unwrap_python_model().predictor.info.get("mode")
+        except AttributeError:
+            return None
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         with QuietMlflow():
@@ -148,6 +158,23 @@ def predictors_available(spec: GPUSpec) -> str | None:
             if not _cached_versions(name):
                 missing.append(name)
     return f"{', '.join(missing)}: " + how_to_get_predictors(spec.key) if missing else None
+
+
+def reference_parts() -> set[str]:
+    """The parts with measurements of their own in the committed reference data (the sustained-clock rows,
+    which are not trained on, do not count): `maya predict` bootstraps their predictors on first use."""
+    import pyarrow.parquet as pq
+
+    parts = set()
+    for f in sorted(settings.reference_root().glob("*.parquet")):
+        cols = pq.read_schema(f).names
+        if "gpu" not in cols:
+            continue
+        t = pq.read_table(f, columns=["gpu", "timing"] if "timing" in cols else ["gpu"]).to_pandas()
+        if "timing" in t.columns:
+            t = t[t["timing"] != "sustained"]
+        parts |= set(t["gpu"].dropna().unique())
+    return parts
 
 
 def registry_predictors(spec: GPUSpec) -> tuple[RegistryPredictor, RegistryPredictor]:

@@ -29,13 +29,15 @@ from emulator.core.exitcodes import Exit
 from emulator.core.hardware import CPU_RANK_THREADS
 from emulator.launch.job import EmulationJob
 from emulator.trace.io import read_rank_summary
-from emulator.trace.layout import rank_log_path
+from emulator.trace.layout import PROGRESS_FILE_ENV, rank_log_path, rank_progress_path
 from emulator.trace.summaries import RankSummary, SummaryError
 
 # How long a rank emulated without its peers waits for a Python object from one (see
 # emulator.distributed.objects); short, because the launcher then re-runs the ranks together.
 PROBE_EXCHANGE_TIMEOUT_S = 10
 _EXCHANGE_CHANNEL = re.compile(r"ObjectExchangeTimeout.*?\((?:p2p|bcast|tbcast|ag)\.([^.\s]+)\.", re.S)
+PROGRESS_ENV = "MAYA_PROGRESS"  # 1: print each optimizer step the watched rank reaches; 0: never; unset: on a terminal
+PROGRESS_POLL_S = 0.25
 STOP_GRACE_S = 20  # how long a stopped worker may take to write its outputs before it is killed
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                   "TORCHELASTIC_RUN_ID")
@@ -130,6 +132,7 @@ class RankRunner:
         running: dict[int, tuple[subprocess.Popen, float, object]] = {}
         limit = len(ranks) if self.all_at_once else self.jobs
         label = "profiling" if self.job.profile else "emulating"
+        watch = _Progress(self.job, min(ranks), self.console) if ranks and _progress_on(self.console) else None
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=self.console, transient=True,
                       disable=not self.console.is_terminal) as bar:
@@ -139,9 +142,12 @@ class RankRunner:
                     while pending and len(running) < limit and not self.stop:
                         r = pending.pop(0)
                         fh = open(rank_log_path(self.job.out, r), "wb")  # noqa: SIM115 - closed when the process ends
+                        env = self.env if watch is None or r != watch.rank else watch.env(self.env)
                         proc = subprocess.Popen(self.job.worker_command(r), stdout=fh, stderr=subprocess.STDOUT,
-                                                env=self.env)
+                                                env=env)
                         running[r] = (proc, time.perf_counter(), fh)
+                    if watch is not None and watch.rank in running:
+                        watch.poll()
                     if self.stop and not running:
                         break
                     for r, (proc, t0, fh) in list(running.items()):
@@ -150,6 +156,8 @@ class RankRunner:
                             continue
                         fh.close()
                         del running[r]
+                        if watch is not None and r == watch.rank:
+                            watch.poll(last=True)  # a step reached just before the worker ended
                         self._finished(r, rc, time.perf_counter() - t0)
                         bar.advance(task)
                     time.sleep(0.02)
@@ -186,6 +194,50 @@ class RankRunner:
         if not self.runs[rank].ended_cleanly:
             self.stop = True
         self.console.print(rank_line(self.runs[rank]))
+
+
+def _progress_on(console: Console) -> bool:
+    v = os.environ.get(PROGRESS_ENV, "").strip()
+    return console.is_terminal if v == "" else v not in ("0", "false", "no", "off")
+
+
+class _Progress:
+    """One live line per optimizer step that the watched rank (the lowest of a batch: rank 0 first) reaches,
+    e.g. `rank 0: iteration 2/3 (12.4 s)` (seconds since the rank started), read from the lines its worker
+    appends to a small file at each step."""
+
+    def __init__(self, job: EmulationJob, rank: int, console: Console):
+        self.rank, self.console, self.total = rank, console, job.iterations
+        self.path = rank_progress_path(job.out, rank)
+        self.path.unlink(missing_ok=True)
+        self.shown, self.next_poll, self.started = 0, 0.0, time.time()
+
+    def env(self, env: dict) -> dict:
+        self.started = time.time()
+        return {**env, PROGRESS_FILE_ENV: str(self.path)}
+
+    def poll(self, last: bool = False) -> None:
+        now = time.perf_counter()
+        if now < self.next_poll and not last:
+            return
+        self.next_poll = now + PROGRESS_POLL_S
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return
+        for line in text.splitlines(keepends=True):
+            parts = line.split()
+            if not line.endswith("\n") or len(parts) != 2:
+                continue  # a line being written
+            try:
+                steps, at = int(parts[0]), float(parts[1])
+            except ValueError:
+                continue
+            if steps > self.shown:
+                self.shown = steps
+                total = f"/{self.total}" if self.total else ""
+                self.console.print(f"rank {self.rank}: iteration {steps}{total} ({at - self.started:.1f} s)",
+                                   highlight=False)
 
 
 def _main_thread() -> bool:

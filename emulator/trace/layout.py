@@ -34,6 +34,14 @@ def rank_log_path(out: Path, rank: int) -> Path:
     return Path(out) / "logs" / f"rank={rank}.log"
 
 
+PROGRESS_FILE_ENV = "MAYA_PROGRESS_FILE"  # the worker writes its optimizer steps there when the launcher sets it
+
+
+def rank_progress_path(out: Path, rank: int) -> Path:
+    """One `STEPS UNIX_TIME` line per optimizer step a running rank reaches (the launcher prints them live)."""
+    return Path(out) / "logs" / f"rank={rank}.progress"
+
+
 def emulated_ranks(out: Path) -> list[int]:
     """The ranks with a trace folder, in order."""
     base = Path(out) / "trace"

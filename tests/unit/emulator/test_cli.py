@@ -43,14 +43,16 @@ def test_bad_input_is_bad_input_and_writes_nothing(tmp_path, args):
 
 
 def test_predict_without_predictors_refuses_before_emulating(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "warehouse"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'empty.db'}")
     monkeypatch.setenv("MAYA_MODEL_CACHE", str(tmp_path / "no-cache"))
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit('an emulation started')\n")
     t0 = time.perf_counter()
-    res = runner.invoke(app, ["predict", "--gpu", "l4", "--out", str(tmp_path / "out"), str(script)])
+    res = runner.invoke(app, ["predict", "--gpu", "l4", "--no-bootstrap", "--out", str(tmp_path / "out"), str(script)])
     assert res.exit_code == Exit.BAD_INPUT, res.output
     assert "no predictors registered for GPU 'l4'" in res.output and "--roofline-only" in res.output
+    assert "maya models bootstrap --gpu l4" in res.output  # the fix for a part with reference data
     assert not (tmp_path / "out").exists()  # refused before anything ran
     assert time.perf_counter() - t0 < 60
 
@@ -68,3 +70,51 @@ def test_simulate_of_a_saved_folder_exits_as_its_run_did(tmp_path):
     res = runner.invoke(app, ["simulate", str(stopped), "--roofline-only"])
     assert res.exit_code == Exit.INTERRUPTED and "the emulation was interrupted" in res.output
     assert not (stopped / "prediction.json").exists()
+
+
+def test_simulate_json_puts_only_the_prediction_on_stdout(tmp_path):
+    import json
+
+    ok = _folder(tmp_path / "ok")
+    res = runner.invoke(app, ["simulate", str(ok), "--roofline-only", "--json"])
+    assert res.exit_code == Exit.OK, res.output
+    assert json.loads(res.stdout) == json.loads((ok / "prediction.json").read_text())
+    assert "maya prediction" in res.stderr  # the table, on stderr
+    oom = _folder(tmp_path / "oom", ok=False, complete=False, oom=True, oom_ranks=[1])
+    res = runner.invoke(app, ["simulate", str(oom), "--roofline-only", "--json"])
+    assert res.exit_code == Exit.OOM and json.loads(res.stdout)["oom"]
+
+
+def test_version_names_maya_and_torch():
+    from importlib.metadata import version
+
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0
+    assert res.stdout.strip() == f"maya {version('maya')} (torch {version('torch')})"
+
+
+def test_shell_completion_is_offered():
+    res = runner.invoke(app, ["--help"])
+    assert "--install-completion" in res.output and "--show-completion" in res.output
+
+
+def test_predict_json_sends_the_emulation_progress_to_stderr(tmp_path, monkeypatch):
+    import json
+
+    class Summary:
+        def outcome(self):
+            return Exit.OK
+
+    def emulate(console=None, **kwargs):
+        _folder(tmp_path)  # the emulation's output folder, tmp_path / "out"
+        (console or _console()).print("emulating rank 0")
+        return Summary()
+
+    from emulator.cli import _console
+
+    monkeypatch.setattr("emulator.launch.emulate.run_emulation", emulate)
+    res = runner.invoke(app, ["predict", "--roofline-only", "--json", "--nproc-per-node", "2", "--out",
+                              str(tmp_path / "out"), "train.py"])
+    assert res.exit_code == Exit.OK, res.output
+    assert json.loads(res.stdout)["world_size"] == 2
+    assert "emulating rank 0" in res.stderr
