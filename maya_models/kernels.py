@@ -33,12 +33,14 @@ XGB_THREADS = int(os.environ.get("MAYA_XGB_THREADS", "1"))
 KERNEL_KINDS = ("kernel", "memset")
 MAX_LOG_RATIO = 6.0  # a learned correction never moves the roofline by more than e^6 either way
 EXTRAPOLATION = 4.0  # how far past its largest training row a family model is trusted (flops and bytes)
-MIN_SEEN_ROWS = 20  # an element size seen in fewer training rows than this is not one the model learned
-# Memory-bound families whose kernels share one access pattern (PyTorch's vectorised elementwise and
-# reduction templates): an op the trees never saw is timed by a second model trained without the op's
-# identity (`FamilyModel.generic`), from what it reads and writes. Tensor-core families have no such model:
-# an unseen GEMM or attention op is the roofline's (labelled fallback).
-GENERIC_FAMILIES = frozenset({"elementwise", "norm", "softmax_loss", "copy", "embedding", "optimizer"})
+MIN_SEEN_ROWS = 20  # an element size or op seen in fewer training rows than this is not one the model learned
+# Families whose ops share one kind of kernel, so that an op the trees never saw is timed by a second
+# model trained without the op's identity (`FamilyModel.generic`), from its sizes and bytes: PyTorch's
+# vectorised elementwise and reduction templates for the memory-bound ones, cuBLAS GEMMs for `gemm`
+# (addmm is mm with a bias epilogue, bmm/baddbmm strided-batched mm; batch, m, n, k are features).
+# Attention has no such model: its ops are different kernels (flash, memory-efficient, math), and an
+# unseen one is the roofline's (labelled fallback).
+GENERIC_FAMILIES = frozenset({"gemm", "elementwise", "norm", "softmax_loss", "copy", "embedding", "optimizer"})
 # the sustained measurement a dtype's kernels follow: fp16 runs on the same tensor cores at the same rate as bf16
 SUSTAINED_DTYPE = {"float16": "bfloat16", "float8_e5m2": "float8_e4m3fn"}
 
@@ -69,7 +71,7 @@ class FamilyModel:
     def seen_op(self, ops) -> np.ndarray:
         if self.ops is None or self.booster is None:  # a constant ratio is the same for every op
             return np.ones(len(ops), dtype=bool)
-        return np.array([o in self.ops for o in ops], dtype=bool)
+        return np.array([self.ops.get(o, 0) >= MIN_SEEN_ROWS for o in ops], dtype=bool)
 
     def covers(self, X: pd.DataFrame, ops=None) -> np.ndarray:
         """Rows inside what the model learned: not far past its largest work, an element size it saw, and an
