@@ -44,6 +44,20 @@ def cpu_cases(quick: bool = False) -> list[Case]:
              "megatron_gpt TP=2"),
         _cpu("megatron-pp2", "examples/validation/megatron_gpt.py", 2,
              [*_MEGATRON, "--pp", "2", "--global-batch", "16"], "megatron_gpt PP=2, 4 micro-batches (1F1B)"),
+        # shapes and layouts added (before their predictions were looked at) to check that CPU fidelity
+        # generalizes beyond the six above: wider, deeper with longer sequences, TP of a wider model,
+        # PP with twice the micro-batches
+        _cpu("megatron-wide", "examples/validation/megatron_gpt.py", 1,
+             [*_MEGATRON[:2], "--hidden", "768", "--heads", "12", *_MEGATRON[6:]],
+             "megatron_gpt hidden 768, 1 process"),
+        _cpu("megatron-deep-long", "examples/validation/megatron_gpt.py", 1,
+             ["--layers", "12", "--hidden", "128", "--heads", "4", "--seq", "512", "--vocab", "4096",
+              "--micro-batch", "2", "--dtype", "fp32", "--dropout", "0.0"], "megatron_gpt 12 layers, seq 512"),
+        _cpu("megatron-tp2-wide", "examples/validation/megatron_gpt.py", 2,
+             [*_MEGATRON[:2], "--hidden", "512", "--heads", "8", *_MEGATRON[6:], "--tp", "2"],
+             "megatron_gpt hidden 512, TP=2"),
+        _cpu("megatron-pp2-mb8", "examples/validation/megatron_gpt.py", 2,
+             [*_MEGATRON, "--pp", "2", "--global-batch", "32"], "megatron_gpt PP=2, 8 micro-batches (1F1B)"),
     ]
     return cases[:3] if quick else cases
 
