@@ -463,11 +463,13 @@ class Recorder(TorchDispatchMode):
             try:
                 return func(*args, **kwargs)
             except _NOT_FAKEABLE as e:
-                return self._best_guess(func, args, kwargs, op, e)
+                err = e
             except RuntimeError as e:
                 if not _missing_kernel(e):
                     raise
-                return self._best_guess(func, args, kwargs, op, e)
+                err = e
+            done, out = _via_functional(func, args, kwargs)
+            return out if done else self._best_guess(func, args, kwargs, op, err)
 
     @staticmethod
     def _forget_signatures(args, kwargs) -> None:
@@ -965,6 +967,43 @@ def _on_host(args, kwargs, out_tensors) -> bool:
                 return False
             seen = True
     return seen
+
+
+def _via_functional(func, args, kwargs) -> tuple[bool, object]:
+    """An `out=` overload without a fake kernel whose functional overload has one (Inductor calls
+    `extern_kernels._scaled_mm(..., out=buf)`, `aten::_scaled_mm.out`, which has no meta kernel while
+    `.default` does): the functional overload's fake kernel sizes the result, and the caller's `out`
+    tensors take its shape, as an out= kernel resizes them. (False, None) when that does not apply."""
+    schema = getattr(func, "_schema", None)
+    functional = getattr(getattr(func, "_overloadpacket", None), "default", None)
+    if schema is None or functional is None or functional is func:
+        return False, None
+    params = schema.arguments
+    outs = [a.name for a in params if a.is_out]
+    if not outs:
+        return False, None
+    named = dict(kwargs)
+    for a, v in zip(params, args, strict=False):
+        named[a.name] = v
+    out_tensors = [named.pop(n, None) for n in outs]
+    if not all(isinstance(t, torch.Tensor) for t in out_tensors):
+        return False, None
+    accepted = {a.name for a in functional._schema.arguments}
+    if not set(named) <= accepted:
+        return False, None
+    try:
+        result = functional(**named)
+    except (*_NOT_FAKEABLE, RuntimeError):
+        return False, None
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(results) != len(out_tensors) or not all(isinstance(r, torch.Tensor) for r in results):
+        return False, None
+    for t, r in zip(out_tensors, results, strict=True):
+        if t.dtype != r.dtype:
+            return False, None
+        if t.shape != r.shape:
+            t.resize_(r.shape)
+    return True, out_tensors[0] if len(out_tensors) == 1 else tuple(out_tensors)
 
 
 def _missing_kernel(e: BaseException) -> bool:

@@ -57,7 +57,9 @@ def measure(repeats: int = 5, steps: int = 20) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with torch.device("cpu"):
+        # the probe may run inside the program's `torch.no_grad()` (Megatron's optimizer step is decorated
+        # with it, and the probe runs at the step's end): its own backward needs grad mode whatever the caller's
+        with torch.device("cpu"), torch.enable_grad():
             step = _training_step()
             for _ in range(3):
                 step()

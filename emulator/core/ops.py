@@ -284,6 +284,11 @@ def flops_and_bytes(op: str, shapes, dtypes, out_shapes=None, out_dtypes=None, a
         esize = dtype_bytes(dtypes[0] if dtypes else "float32") if op not in ("aten::addmm", "aten::baddbmm") \
             else dtype_bytes(dtypes[1] if len(dtypes) > 1 else "float32")
         moved = b * (m * k + k * n + m * n) * esize
+        if op == "aten::_scaled_mm":
+            # fp8 operands, an output in `out_dtype` (bf16/fp32 for training, so not the operands' byte), and the
+            # scales (one float per tensor, or per row of A and column of B for rowwise scaling)
+            out_esize = dtype_bytes(out_dtypes[0]) if out_dtypes else esize
+            moved = b * (m * k + k * n) * esize + b * m * n * out_esize + tensor_bytes(shapes[2:4], dtypes[2:4])
         return flops, float(max(moved, 1))
     if fam in ("attention_fwd", "attention_bwd"):
         dims = attention_dims(op, shapes)

@@ -29,6 +29,15 @@ def test_linear_forward_gemm_flops():
     assert nbytes == (4096 * 768 + 768 * 3072 + 4096 * 3072) * 2
 
 
+def test_scaled_mm_moves_fp8_operands_an_out_dtype_result_and_the_scales():
+    m, k, n = 8192, 2048, 6144
+    fp8 = ["float8_e4m3fn", "float8_e4m3fn", "float32", "float32"]
+    flops, tensorwise = flops_and_bytes("aten::_scaled_mm", [[m, k], [k, n], [], []], fp8, [[m, n]], ["bfloat16"])
+    assert flops == 2 * m * n * k
+    assert tensorwise == m * k + k * n + m * n * 2 + 2 * 4
+    _, rowwise = flops_and_bytes("aten::_scaled_mm", [[m, k], [k, n], [m, 1], [1, n]], fp8, [[m, n]], ["bfloat16"])
+    assert rowwise == m * k + k * n + m * n * 2 + (m + n) * 4
+
 def test_causal_attention_counts_half_the_pairs():
     q = [8, 12, 1024, 64]
     full, _ = flops_and_bytes("aten::_scaled_dot_product_flash_attention", [q, q, q], ["bfloat16"] * 3,
