@@ -131,6 +131,25 @@ def _gpu(key: str):
         _refuse(str(e))
 
 
+def _target(gpu: str, gpu_spec: Path | None = None, cluster: Path | None = None):
+    """The part to emulate: the variant of `--gpu-spec FILE`, else the `[gpu]` variant table of the
+    cluster file, else `--gpu` (a cluster file that only names a part does not override `--gpu`)."""
+    from emulator.core.variants import GPUVariantError, read_gpu_spec_file
+    from emulator.simulate.cluster import ClusterFileError, read_cluster_file
+
+    try:
+        if gpu_spec is not None:
+            return read_gpu_spec_file(gpu_spec)
+        if cluster is not None:
+            named = read_cluster_file(cluster).get("gpu")
+            spec = _gpu(named) if named else None
+            if spec is not None and spec.variant_table is not None:
+                return spec
+    except (GPUVariantError, ClusterFileError) as e:
+        _refuse(str(e))
+    return _gpu(gpu)
+
+
 def _refuse(message: str, code: Exit = Exit.BAD_INPUT):
     """One line on stderr saying what is wrong, and the exit code for it."""
     _console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
@@ -206,6 +225,9 @@ _MODULE = typer.Option(None, "-m", "--module", help="run a module, like python -
 _NPROC = typer.Option("1", "--nproc-per-node", "--nproc_per_node", help=NPROC_HELP)
 _NNODES = typer.Option("1", "--nnodes", help=NNODES_HELP)
 _GPU = typer.Option("h100", "--gpu", help="target GPU part (see `maya gpus`)")
+_GPU_SPEC = typer.Option(None, "--gpu-spec",
+                         help="TOML/JSON file with a [gpu] table: a known part plus what differs (memory, HBM "
+                              "bandwidth, power limit / sustained clock, NVLink, price); overrides --gpu")
 _ITERATIONS = typer.Option(None, "--iterations", help="stop cleanly after K optimizer steps (default: run to the end)")
 _DEDUP = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once")
 _JOBS = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)")
@@ -218,6 +240,7 @@ def emulate(
     args: list[str] = _ARGS,
     module: str = _MODULE,
     gpu: str = _GPU,
+    gpu_spec: Path = _GPU_SPEC,
     nproc_per_node: str = _NPROC,
     nnodes: str = _NNODES,
     iterations: int = _ITERATIONS,
@@ -230,7 +253,7 @@ def emulate(
     """Run the program on an emulated GPU cluster and write a trace per rank."""
     from emulator.launch.emulate import run_emulation
 
-    spec = _gpu(gpu)
+    spec = _target(gpu, gpu_spec)
     script, module, argv = _program(script, module, args)
     nproc_per_node, nnodes = _launcher(ctx, nproc_per_node, nnodes, spec.gpus_per_node)
     summary = _run_job(run_emulation, script=script, module=module, argv=argv, gpu=spec.key,
@@ -335,6 +358,8 @@ _ROOFLINE = typer.Option(False, "--roofline-only",
 def simulate(
     trace_dir: Path = typer.Argument(..., help="an emulation output folder"),
     gpu: str = typer.Option(None, help="re-target another GPU (default: the emulated one)"),
+    gpu_spec: Path = typer.Option(None, "--gpu-spec",
+                                  help="re-target a GPU variant: TOML/JSON file with a [gpu] table (overrides --gpu)"),
     nnodes: int = typer.Option(None, "--nnodes", help="re-shape: nodes (default: the emulated job's)"),
     nproc_per_node: int = typer.Option(None, "--nproc-per-node", "--nproc_per_node",
                                        help="re-shape: GPUs per node (default: the emulated job's)"),
@@ -348,7 +373,9 @@ def simulate(
     no_bootstrap: bool = _NO_BOOTSTRAP,
 ):
     """Estimate and simulate a saved trace: iteration time, memory, MFU, cost."""
-    if gpu:
+    if gpu_spec is not None:
+        gpu = _target(gpu, gpu_spec).key
+    elif gpu:
         gpu = _gpu(gpu).key
     target = gpu or _trace_gpu(trace_dir)
     if target:
@@ -369,6 +396,7 @@ def predict(
     args: list[str] = _ARGS,
     module: str = _MODULE,
     gpu: str = _GPU,
+    gpu_spec: Path = _GPU_SPEC,
     nproc_per_node: str = _NPROC,
     nnodes: str = _NNODES,
     iterations: int = _ITERATIONS,
@@ -389,7 +417,7 @@ def predict(
     """Emulate, then simulate: the whole answer for one program and cluster."""
     from emulator.launch.emulate import run_emulation
 
-    spec = _gpu(gpu)
+    spec = _target(gpu, gpu_spec, cluster)
     script, module, argv = _program(script, module, args)
     nproc_per_node, nnodes = _launcher(ctx, nproc_per_node, nnodes, spec.gpus_per_node)
     _check_predictors(spec, roofline_only, bootstrap=not no_bootstrap)

@@ -151,13 +151,14 @@ def predictors_available(spec: GPUSpec) -> str | None:
     about it. Cheap (no model is loaded): `maya predict` asks before it spends minutes emulating."""
     mlflow = settings.configured_mlflow()
     missing = []
-    for name in (settings.kernel_model_name(spec.key), settings.collective_model_name(spec.key)):
+    key = spec.model_key  # a variant is timed by its base part's predictors
+    for name in (settings.kernel_model_name(key), settings.collective_model_name(key)):
         try:
             mlflow.MlflowClient().get_model_version_by_alias(name, settings.CHAMPION_ALIAS)
         except Exception:  # noqa: BLE001 - unreachable registry or no such model/alias: a cached copy will do
             if not _cached_versions(name):
                 missing.append(name)
-    return f"{', '.join(missing)}: " + how_to_get_predictors(spec.key) if missing else None
+    return f"{', '.join(missing)}: " + how_to_get_predictors(key) if missing else None
 
 
 def reference_parts() -> set[str]:

@@ -118,3 +118,23 @@ def test_predict_json_sends_the_emulation_progress_to_stderr(tmp_path, monkeypat
     assert res.exit_code == Exit.OK, res.output
     assert json.loads(res.stdout)["world_size"] == 2
     assert "emulating rank 0" in res.stderr
+
+
+def test_a_gpu_spec_file_with_an_unknown_field_is_refused_naming_it_and_the_allowed_ones(tmp_path):
+    spec = tmp_path / "gpu.toml"
+    spec.write_text('[gpu]\nbase = "h100"\nmemory_gb = 96\n')
+    res = runner.invoke(app, ["emulate", "--gpu-spec", str(spec), "train.py"])
+    assert res.exit_code == Exit.BAD_INPUT
+    assert "memory_gb" in res.output and "memory_GiB" in res.output
+
+
+def test_simulate_retargets_a_saved_trace_to_a_variant_of_a_gpu_spec_file(tmp_path):
+    out = _folder(tmp_path)
+    spec = tmp_path / "gpu.toml"
+    spec.write_text('[gpu]\nbase = "h100"\nname = "H100 SXM 500W"\npower_limit_w = 500\n')
+    res = runner.invoke(app, ["simulate", str(out), "--gpu-spec", str(spec), "--roofline-only", "--json"])
+    assert res.exit_code == Exit.OK, res.output
+    import json
+
+    pred = json.loads(res.stdout[res.stdout.index("{"):])
+    assert pred["gpu_variant"]["power_limit_w"] == 500 and pred["gpu_variant"]["name"] == "H100 SXM 500W"

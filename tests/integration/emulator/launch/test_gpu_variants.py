@@ -24,3 +24,19 @@ def test_the_emulated_device_has_the_variants_memory_and_name(tmp_path):
     del hardware.GPUS[variant.key]
     pred = predict_from_trace(tmp_path / "big", roofline_only=True)
     assert pred.gpu == variant.key and pred.gpu_variant["power_limit_w"] == 500 and not pred.oom
+
+
+def test_predict_with_a_cluster_files_gpu_table_emulates_on_the_variant(tmp_path):
+    """`maya predict --cluster` with a `[gpu]` table: the job that is an OOM on the stock part fits."""
+    import json
+    import subprocess
+    import sys
+
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text('nnodes = 1\n\n[gpu]\nbase = "h100-96gb"\nname = "H100 96GB rented"\n')
+    res = subprocess.run([sys.executable, "-m", "emulator.cli", "predict", "--cluster", str(cluster), "--roofline-only",
+                          "--out", str(tmp_path / "out"), str(PROGRAMS / "capacity.py"), "88"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    pred = json.loads((tmp_path / "out" / "prediction.json").read_text())
+    assert not pred["oom"] and pred["gpu_variant"]["name"] == "H100 96GB rented"
