@@ -60,7 +60,8 @@ def split_launcher_flags(args: list[str], value_options: set[str],
                          module_options: set[str]) -> tuple[list[str], list[str], bool]:
     """(`args` without torchrun's ignored flags and their values, those flags' names, whether --no-python was
     given). Only the part before the script is looked at: a token that is not an option (or the value of
-    one of `value_options`), `--`, or `-m MODULE`'s module ends it; the rest is the program's, untouched."""
+    one of `value_options`), `--`, or `-m MODULE`'s module ends it; the rest is the program's, untouched
+    (after a module, behind a `--` that click consumes, so none of it is parsed as maya's options)."""
     kept, ignored, no_python = [], [], False
     i = 0
     while i < len(args):
@@ -81,10 +82,13 @@ def split_launcher_flags(args: list[str], value_options: set[str],
             continue
         kept.append(a)
         i += 1
-        if name in module_options and not eq:  # -m MODULE: the module, then the program's arguments
-            kept.extend(args[i:i + 1])
-            i += 1
-            break
+        if name in module_options:  # -m MODULE: the module, then the program's arguments
+            if not eq:
+                kept.extend(args[i:i + 1])
+                i += 1
+            # `--` keeps click from reading the program's own options as maya's (`-m torchtitan.train
+            # --module llama3`: the second --module is torchtitan's); the program sees what python gives it
+            return kept + (["--"] if args[i:] else []) + args[i:], ignored, no_python
         if name in value_options and not eq:
             kept.extend(args[i:i + 1])
             i += 1

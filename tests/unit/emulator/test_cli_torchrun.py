@@ -55,6 +55,16 @@ def test_the_equals_spelling_and_a_module(launched):
     assert (launched["nproc_per_node"], launched["nnodes"]) == (4, 2)
 
 
+@pytest.mark.parametrize("module", [["-m", "torchtitan.train"], ["--module=torchtitan.train"]])
+def test_a_modules_own_options_that_share_mayas_names_reach_the_module(launched, module):
+    # torchtitan's command line: `--module llama3` and `--out` after the module are torchtitan's, not maya's
+    program = ["--module", "llama3", "--config", "llama3_debugmodel", "--out", "x", "--", "--gpu", "a100"]
+    res = runner.invoke(app, ["emulate", "--gpu", "h100", "--out", "emu", *module, *program])
+    assert res.exit_code == Exit.OK, res.output
+    assert (launched["script"], launched["module"], launched["argv"]) == (None, "torchtitan.train", program)
+    assert launched["gpu"] == "h100" and str(launched["out"]) == "emu"
+
+
 @pytest.mark.parametrize("value", ["gpu", "auto"])
 def test_nproc_per_node_gpu_is_the_parts_gpus_per_node(launched, value):
     res = runner.invoke(app, ["emulate", "--gpu", "l4", "--nproc-per-node", value, "train.py"])
