@@ -67,6 +67,19 @@ _TRANSCENDENTAL = re.compile(r"\b(?:libdevice\.\w+|tl\.(?:exp|exp2|log|log2|sqrt
 _ARITH = re.compile(r"(?<=[\w)\]])\s*[-+*/%]\s*(?=[\w(])")
 
 
+EAGER_BACKENDS = frozenset({"eager", "aot_eager"})
+
+
+def _runs_eagerly(backend) -> bool:
+    """A compile whose backend runs the traced graph as it is: an eager backend by name, or torch compiling
+    its own higher-order-op wrapper (FlexAttention's `torch.compile(wrapper, backend=<eager backend>)`)."""
+    if isinstance(backend, str):
+        return backend in EAGER_BACKENDS
+    from torch._higher_order_ops import utils as hop_utils
+
+    return bool(getattr(getattr(hop_utils, "_hop_compile_tls", None), "in_hop_compile", False))
+
+
 def available() -> bool:
     """Inductor can plan CUDA kernels here (Triton is installed) and the user did not ask for eager."""
     if os.environ.get("MAYA_COMPILE", "inductor") == "eager":
@@ -92,6 +105,8 @@ def install(rec, counts: Counter) -> None:
     def compile_for_emulation(model=None, *, backend="inductor", mode=None, options=None, **kwargs):
         if model is None:  # used as @torch.compile(...)
             return lambda fn: compile_for_emulation(fn, backend=backend, mode=mode, options=options, **kwargs)
+        if _runs_eagerly(backend):  # running the function is the same work, and Dynamo cannot trace the recorder
+            return model
         if backend != "inductor":
             return original(model, backend=backend, mode=mode, options=options, **kwargs)
         counts["torch.compile"] += 1
