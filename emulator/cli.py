@@ -231,6 +231,8 @@ _GPU_SPEC = typer.Option(None, "--gpu-spec",
 _ITERATIONS = typer.Option(None, "--iterations", help="stop cleanly after K optimizer steps (default: run to the end)")
 _DEDUP = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once")
 _JOBS = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)")
+_ROUTING = typer.Option(None, "--routing", help=_ROUTING_HELP)
+_ALLOW_UNSUPPORTED = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP)
 
 
 @app.command(cls=TorchrunCommand, context_settings=_PASSTHROUGH, epilog=EXIT_CODES)
@@ -247,8 +249,8 @@ def emulate(
     out: Path = typer.Option(Path("out"), "--out", help="output folder for the trace"),
     dedup: bool = _DEDUP,
     jobs: int = _JOBS,
-    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
-    allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
+    routing: str = _ROUTING,
+    allow_unsupported: bool = _ALLOW_UNSUPPORTED,
 ):
     """Run the program on an emulated GPU cluster and write a trace per rank."""
     from emulator.launch.emulate import run_emulation
@@ -409,8 +411,8 @@ def predict(
     timeline: bool = _TIMELINE,
     roofline_only: bool = _ROOFLINE,
     debug: bool = _DEBUG,
-    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
-    allow_unsupported: bool = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP),
+    routing: str = _ROUTING,
+    allow_unsupported: bool = _ALLOW_UNSUPPORTED,
     as_json: bool = _JSON,
     no_bootstrap: bool = _NO_BOOTSTRAP,
 ):
