@@ -54,6 +54,20 @@ def emulate(program: str, out: Path, *args: str, nproc: int = 1, flags: tuple[st
     return Emulation(proc.returncode, proc.stdout + proc.stderr, out, summary)
 
 
+def cached_runs(tmp_path_factory, program: str, *common: str, nproc: int = 2):
+    """`get(*args)`: the emulation of `program ARGS COMMON` on `nproc` ranks, run once per distinct ARGS
+    for a test module (several tests read the same run)."""
+    cache: dict[tuple, Emulation] = {}
+
+    def get(*args: str) -> Emulation:
+        if args not in cache:
+            out = tmp_path_factory.mktemp(Path(program).stem)
+            cache[args] = emulate(program, out, *args, *common, nproc=nproc)
+        return cache[args]
+
+    return get
+
+
 def simulate(out: Path, *flags: str) -> dict:
     """`maya simulate OUT --roofline-only` (no registered predictors needed): prediction.json."""
     cmd = [sys.executable, "-m", "emulator.cli", "simulate", str(out), "--roofline-only", "--no-timeline", *flags]

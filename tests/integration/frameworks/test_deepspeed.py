@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.integration.frameworks.run import emulate, ok, simulate
+from tests.integration.frameworks.run import cached_runs, ok, simulate
 
 pytest.importorskip("deepspeed")
 LAYERS = 4
@@ -15,15 +15,7 @@ LAYERS = 4
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    cache = {}
-
-    def get(*args):
-        if args not in cache:
-            out = tmp_path_factory.mktemp("deepspeed")
-            cache[args] = emulate("deepspeed_zero.py", out, *args, "--steps", "3", nproc=2)
-        return cache[args]
-
-    return get
+    return cached_runs(tmp_path_factory, "deepspeed_zero.py", "--steps", "3")
 
 
 def _gathered_layers(t, phase):

@@ -9,22 +9,14 @@ post-backward stream, both off the compute stream.
 
 import pytest
 
-from tests.integration.frameworks.run import emulate, ok, simulate
+from tests.integration.frameworks.run import cached_runs, ok, simulate
 
 LAYERS = 4
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    cache = {}
-
-    def get(*args):
-        if args not in cache:
-            out = tmp_path_factory.mktemp("fsdp1")
-            cache[args] = emulate("fsdp1.py", out, *args, "--steps", "3", nproc=2)
-        return cache[args]
-
-    return get
+    return cached_runs(tmp_path_factory, "fsdp1.py", "--steps", "3")
 
 
 def _collectives(t):
