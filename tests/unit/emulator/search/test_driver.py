@@ -11,7 +11,7 @@ from emulator.search.space import parse_space
 
 from .fake import SPACE, FakeEvaluator, fake_versions
 
-PROGRAM = Program(script="/work/train.py", module=None, argv=("--steps", "3"), hash="fakehash")
+PROGRAM = Program(script="train.py", module=None, argv=("--steps", "3"), hash="fakehash")
 BEST = (2, 4, False, "h100")  # 1.25 s: the fastest configuration that fits
 
 
