@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from maya_models.warehouse import completed_chunks, measurement_files, read_measurements, scan_corrupt
 from pipelines.calibration.checks import no_duplicate_signatures
+from tests.integration.faults.interrupts import deliverable_ctrl_c
 from tests.paths import REPO
 
 RUNNER = [sys.executable, "-m", "pipelines.runners.kernels", "--gpu", "cpu", "--run-id", "run1", "--chunk-size", "4",
@@ -34,7 +35,8 @@ def test_an_interrupted_kernel_benchmark_keeps_whole_chunks_and_a_rerun_resumes(
     cmd = [*RUNNER, "--root", str(root)]
     # the whole plan (hundreds of chunks): the run must still be measuring when Ctrl-C comes (with 50 chunks a
     # fast, idle machine finished before the signal)
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=deliverable_ctrl_c)
     wait_for(lambda: len(completed_chunks("cpu", "maya-bench", "run1", root=root)) >= 2, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -52,8 +54,9 @@ def test_an_interrupted_kernel_benchmark_keeps_whole_chunks_and_a_rerun_resumes(
 def test_a_second_calibration_of_a_running_partition_refuses_and_ctrl_c_stops_the_first(tmp_path):
     env = {**os.environ, "MAYA_WAREHOUSE": str(tmp_path / "wh"), "DAGSTER_HOME": str(tmp_path / "dh")}
     cmd = [sys.executable, "-m", "pipelines.calibrate", "--gpu", "cpu", "--budget-s", "60", "--skip-predictors"]
+    # its own process group, as a terminal's Ctrl-C reaches it
     first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)  # its own process group, as a terminal's Ctrl-C reaches it
+                             start_new_session=True, preexec_fn=deliverable_ctrl_c)
     pending = tmp_path / "wh" / "runs" / "gpu=cpu" / "pending.json"
     wait_for(pending.exists, first)
     run_id = json.loads(pending.read_text())["run_id"]

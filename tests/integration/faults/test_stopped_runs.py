@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from emulator.core.exitcodes import Exit
+from tests.integration.faults.interrupts import deliverable_ctrl_c
 from tests.programs.harness import PROGRAMS, ROOT
 
 WAITS = PROGRAMS / "waits.py"
@@ -20,7 +21,8 @@ WAITS = PROGRAMS / "waits.py"
 def launch(out: Path, *program_args: str, nproc: int = 2) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "emulator.cli", "emulate", "--nproc-per-node", str(nproc),
                              "--no-dedup", "--out", str(out), str(WAITS), *program_args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=deliverable_ctrl_c)
 
 
 def wait_ready(out: Path, ranks, proc: subprocess.Popen, timeout: float = 240) -> None:
