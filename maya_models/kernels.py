@@ -73,25 +73,26 @@ class FamilyModel:
             return np.ones(len(ops), dtype=bool)
         return np.array([self.ops.get(o, 0) >= MIN_SEEN_ROWS for o in ops], dtype=bool)
 
-    def covers(self, X: pd.DataFrame, ops=None) -> np.ndarray:
+    def covers(self, X: pd.DataFrame, seen: np.ndarray | None = None) -> np.ndarray:
         """Rows inside what the model learned: not far past its largest work, an element size it saw, and an
-        op it saw unless the family has a generic model."""
+        op it saw (`seen`, from `seen_op`) unless the family has a generic model."""
         ok = (X["flops"].to_numpy() <= EXTRAPOLATION * self.max_flops) & \
             (X["bytes"].to_numpy() <= EXTRAPOLATION * self.max_bytes)
         if self.elem_bytes is not None:
             ok &= np.array([self.elem_bytes.get(str(int(b)), 0) >= MIN_SEEN_ROWS for b in X["dtype_bytes"]])
-        if ops is not None and self.generic is None:
-            ok &= self.seen_op(ops)
+        if seen is not None and self.generic is None:
+            ok &= seen
         return ok
 
-    def log_ratio(self, X: pd.DataFrame, ops=None) -> np.ndarray:
+    def log_ratio(self, X: pd.DataFrame, seen: np.ndarray | None = None) -> np.ndarray:
+        """Learned log(time / roofline); rows whose op the trees never saw (`seen` False) take the generic trees."""
         import xgboost as xgb
 
         if self.booster is None:
             return np.full(len(X), self.bias)
         out = self.booster.predict(xgb.DMatrix(X[self.features].values, feature_names=self.features))
-        if ops is not None and self.generic is not None:
-            unseen = ~self.seen_op(ops)
+        if seen is not None and self.generic is not None:
+            unseen = ~seen
             if unseen.any():
                 cols = self.generic_features
                 out[unseen] = self.generic.predict(xgb.DMatrix(X.loc[unseen, cols].values, feature_names=cols))
@@ -169,8 +170,9 @@ class KernelPredictor:
             for fam in np.unique(sub_fams):
                 m = sub_fams == fam
                 model = self.families[fam]
-                r = np.clip(model.log_ratio(X[m], sub_ops[m]), -MAX_LOG_RATIO, MAX_LOG_RATIO)
-                pred[m] = np.where(model.covers(X[m], sub_ops[m]), roof[m] * np.exp(r), np.nan)
+                seen = model.seen_op(sub_ops[m])
+                r = np.clip(model.log_ratio(X[m], seen), -MAX_LOG_RATIO, MAX_LOG_RATIO)
+                pred[m] = np.where(model.covers(X[m], seen), roof[m] * np.exp(r), np.nan)
             idx = np.flatnonzero(learned)
             ok = np.isfinite(pred) & (pred > 0)
             out[idx[ok]] = pred[ok]

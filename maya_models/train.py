@@ -161,18 +161,18 @@ MIN_OP_ROWS = 20  # an op with fewer rows is not held out on its own
 def leave_one_op_out(X: pd.DataFrame, y: np.ndarray, ops: np.ndarray, num_rounds: int, params) -> dict | None:
     """How well the generic model times an op it never saw: each op with MIN_OP_ROWS+ rows held out in turn,
     the generic trees trained on the others (half the rounds) and scored on it. None with fewer than two ops."""
+    import xgboost as xgb
+
     names, counts = np.unique(ops, return_counts=True)
     if len(names) < 2:
         return None
+    cols = [c for c in X.columns if c != "op_code"]  # what fit_generic trains on
     by_op, errors = {}, []
     for name, n in zip(names, counts, strict=True):
         if n < MIN_OP_ROWS:
             continue
         out = ops == name
         booster = KernelPredictor.fit_generic(X[~out], y[~out], max(num_rounds // 2, 10), params)
-        import xgboost as xgb
-
-        cols = [c for c in X.columns if c != "op_code"]
         r = np.clip(booster.predict(xgb.DMatrix(X.loc[out, cols].values, feature_names=cols)),
                     -MAX_LOG_RATIO, MAX_LOG_RATIO)
         e = np.abs(np.exp(r - y[out]) - 1) * 100

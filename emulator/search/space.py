@@ -381,28 +381,12 @@ def _parse_space(text: str, gpus: int | None, path: str, overrides: dict) -> Spa
         constraints["gpus"] = parse(f"gpus == {int(gpus)}", "--gpus")
     for n, ex in constraints.items():
         _known(ex.names, known, f"[constraints] {n}", path)
-    program = _table(data, "program", path)
-    bad = sorted(set(program) - {"args", "env"})
-    if bad:
-        raise SpaceError(f"{path}: unknown key(s) {bad} in [program]; known: ['args', 'env']")
+    program = _table(data, "program", path, {"args", "env"})
     args = [_arg(a, known, path, i) for i, a in enumerate(program.get("args", []))]
     env = {str(k): _template(v, known, f"[program] env {k}", path) for k, v in program.get("env", {}).items()}
-    cluster_raw = _table(data, "cluster", path)
-    bad = sorted(set(cluster_raw) - (CLUSTER_KEYS | LAYOUT_KEYS))
-    if bad:
-        raise SpaceError(f"{path}: unknown key(s) {bad} in [cluster]; known: {sorted(CLUSTER_KEYS | LAYOUT_KEYS)}")
-    cluster = {k: _template(v, known, f"[cluster] {k}", path) if isinstance(v, str) else v
-               for k, v in cluster_raw.items()}
-    predict_raw = _table(data, "predict", path)
-    bad = sorted(set(predict_raw) - PREDICT_KEYS)
-    if bad:
-        raise SpaceError(f"{path}: unknown key(s) {bad} in [predict]; known: {sorted(PREDICT_KEYS)}")
-    predict = {k: _template(v, known, f"[predict] {k}", path) if isinstance(v, str) else v
-               for k, v in predict_raw.items()}
-    defaults = _table(data, "search", path)
-    bad = sorted(set(defaults) - SEARCH_KEYS)
-    if bad:
-        raise SpaceError(f"{path}: unknown key(s) {bad} in [search]; known: {sorted(SEARCH_KEYS)}")
+    cluster = _templated(_table(data, "cluster", path, CLUSTER_KEYS | LAYOUT_KEYS), known, "cluster", path)
+    predict = _templated(_table(data, "predict", path, PREDICT_KEYS), known, "predict", path)
+    defaults = _table(data, "search", path, SEARCH_KEYS)
     if defaults.get("objective", "time") not in OBJECTIVES:
         raise SpaceError(f"{path}: [search] objective must be one of {list(OBJECTIVES)}, "
                          f"got {defaults['objective']!r}")
@@ -419,11 +403,20 @@ def _parse_space(text: str, gpus: int | None, path: str, overrides: dict) -> Spa
     return space
 
 
-def _table(data: dict, name: str, path: str) -> dict:
+def _table(data: dict, name: str, path: str, keys: set | None = None) -> dict:
+    """Section `name` of the file (empty when absent); with `keys`, a key outside them is an error."""
     t = data.get(name, {})
     if not isinstance(t, dict):
         raise SpaceError(f"{path}: [{name}] must be a table")
+    bad = sorted(set(t) - keys) if keys is not None else []
+    if bad:
+        raise SpaceError(f"{path}: unknown key(s) {bad} in [{name}]; known: {sorted(keys)}")
     return t
+
+
+def _templated(table: dict, known: set, name: str, path: str) -> dict:
+    """A section's values, strings read as templates over the space's names."""
+    return {k: _template(v, known, f"[{name}] {k}", path) if isinstance(v, str) else v for k, v in table.items()}
 
 
 def _knob(name: str, spec, path: str) -> Knob:
