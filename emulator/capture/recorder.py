@@ -64,6 +64,7 @@ from emulator.core.ops import (
 )
 from emulator.device.fake_mode import is_wrapper_subclass
 from emulator.distributed.collectives import CollectiveCounter
+from emulator.distributed.objects import relative_name
 from emulator.memory.allocator import PRIVATE_POOL_STREAMS  # a CUDA graph's pool is a stream from here on
 
 _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
@@ -872,12 +873,13 @@ class Recorder(TorchDispatchMode):
             return
         root = ranks[int(bound.get("root_rank", 0))]
         channel = f"tbcast.{coll['group']}.{root}"
+        relative = relative_name("tbcast", ranks, root)
         if self.rank == root:
-            self.exchange.put(channel, [v.clone() for v in values])
+            self.exchange.put(channel, [v.clone() for v in values], relative)
             return
         # fetched only when read: DDP broadcasts every (host-initialised) parameter at start-up, and
         # waiting for those would make every rank of every DDP program wait for rank 0
-        fetch = self.exchange.later(channel, root)
+        fetch = self.exchange.later(channel, root, relative)
         for i, (t, mine) in enumerate(zip(tensors, values, strict=True)):
             self.shadows.expect(t, functools.partial(_received, fetch, i, mine))
 

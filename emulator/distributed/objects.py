@@ -8,6 +8,14 @@ values travel through files in a folder shared by the ranks of one emulation
 transfer are still recorded by the original functions. A receiver waits for the sender up to
 `$MAYA_EXCHANGE_TIMEOUT_S` (default 120 s) and then fails with an error that says which rank's
 value it needed, so a rank emulated alone fails clearly instead of hanging.
+
+Stand-ins: every value is also written under its *group-relative* name (the group's shape, the
+sender's and receiver's positions in it, the count), which is the same for every group of one
+partition (every pipeline of a TP x PP x DP job). Once one such group has run side by side, a rank
+emulated without its peers (`$MAYA_EXCHANGE_STANDIN=1`, set by the launcher's deduplication) reads
+what the same position of that group sent. That is exact for what these collectives carry in
+training programs (shapes, dtypes, flags of a rank's peers), and it is the same assumption rank
+deduplication makes; a value that names global ranks would be read from another group.
 """
 
 from __future__ import annotations
@@ -29,10 +37,11 @@ class ObjectExchangeTimeout(RuntimeError):
 
 
 class Exchange:
-    def __init__(self, root: Path, rank: int, timeout_s: float):
+    def __init__(self, root: Path, rank: int, timeout_s: float, stand_in: bool = False):
         self.root = Path(root)
         self.rank = rank
         self.timeout_s = timeout_s
+        self.stand_in = stand_in  # read a missing peer's value from the same position of another group
         self.counters: dict[str, int] = {}
 
     def _key(self, channel: str) -> Path:
@@ -40,27 +49,33 @@ class Exchange:
         self.counters[channel] = n + 1
         return self.root / f"{channel}.{n}.pkl"
 
-    def put(self, channel: str, value) -> None:
-        path = self._key(channel)
+    def put(self, channel: str, value, relative: str | None = None) -> None:
+        """Write the channel's next value, and under `relative` (its group-relative name) for stand-ins."""
+        paths = [self._key(channel)] + ([self._key(relative)] if relative else [])
         self.root.mkdir(parents=True, exist_ok=True)  # only programs that exchange objects get the folder
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp.")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(value, f)
-        os.replace(tmp, path)
+        for path in paths:
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp.")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(value, f)
+            os.replace(tmp, path)
 
-    def get(self, channel: str, from_rank: int):
-        return self.later(channel, from_rank)()
+    def get(self, channel: str, from_rank: int, relative: str | None = None):
+        return self.later(channel, from_rank, relative)()
 
-    def later(self, channel: str, from_rank: int):
+    def later(self, channel: str, from_rank: int, relative: str | None = None):
         """`get`, deferred: takes the channel's next value's place now and returns a function that
         reads it (waiting for it then), so a value nobody reads never makes the ranks wait."""
         path = self._key(channel)
-        return lambda: self._read(path, channel, from_rank)
+        stand_in = self._key(relative) if relative else None
+        return lambda: self._read(path, channel, from_rank, stand_in if self.stand_in else None)
 
-    def _read(self, path: Path, channel: str, from_rank: int):
+    def _read(self, path: Path, channel: str, from_rank: int, stand_in: Path | None = None):
         deadline = time.monotonic() + self.timeout_s
         delay = 0.005
         while not path.exists():
+            if stand_in is not None and stand_in.exists():
+                path = stand_in
+                break
             if time.monotonic() > deadline:
                 raise ObjectExchangeTimeout(
                     f"maya: rank {self.rank} needs a Python object from rank {from_rank} ({channel}); rank "
@@ -85,6 +100,19 @@ def _group_name(group) -> str:
     return str(pg.group_name)
 
 
+def _relative(kind: str, group, *members: int) -> str:
+    return relative_name(kind, c10d.get_process_group_ranks(group or c10d._get_default_group()), *members)
+
+
+def relative_name(kind: str, group_ranks, *members: int) -> str:
+    """A channel's group-relative name: the group's shape (size, then the steps between its sorted
+    ranks, which tell a TP group from a PP group of the same size) and the members' positions in it."""
+    ranks = sorted(group_ranks)
+    steps = sorted({b - a for a, b in zip(ranks, ranks[1:], strict=False)})
+    shape = f"{len(ranks)}s{'_'.join(map(str, steps))}"
+    return f"rel.{kind}.{shape}." + "-".join(str(ranks.index(m)) for m in members)
+
+
 def _sizes(object_list, group) -> list[int]:
     """Pickled sizes as torch's object collectives compute them (what goes over the wire)."""
     return [int(c10d._object_to_tensor(o, torch.device("cpu"), group)[1].item()) for o in object_list]
@@ -99,20 +127,22 @@ def _device(device):
 def install(out: Path, rank: int) -> Exchange:
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "maya")
     root = Path(os.environ.get("MAYA_EXCHANGE_DIR") or Path(out) / ".exchange" / run_id)
-    ex = Exchange(root, rank, float(os.environ.get("MAYA_EXCHANGE_TIMEOUT_S", "120")))
+    ex = Exchange(root, rank, float(os.environ.get("MAYA_EXCHANGE_TIMEOUT_S", "120")),
+                  stand_in=os.environ.get("MAYA_EXCHANGE_STANDIN") == "1")
     send_o, recv_o = c10d.send_object_list, c10d.recv_object_list
     bcast_o, gather_o = c10d.broadcast_object_list, c10d.all_gather_object
 
     @functools.wraps(send_o)
     def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None, **kw):
         peer = _global(group, group_dst, dst)
-        ex.put(f"p2p.{_group_name(group)}.{rank}-{peer}", (list(object_list), _sizes(object_list, group)))
+        ex.put(f"p2p.{_group_name(group)}.{rank}-{peer}", (list(object_list), _sizes(object_list, group)),
+               _relative("p2p", group, rank, peer))
         return send_o(object_list, dst=dst, group=group, device=device, group_dst=group_dst, **kw)
 
     @functools.wraps(recv_o)
     def recv_object_list(object_list, src=None, group=None, device=None, group_src=None, **kw):
         peer = _global(group, group_src, src)
-        values, sizes = ex.get(f"p2p.{_group_name(group)}.{peer}-{rank}", peer)
+        values, sizes = ex.get(f"p2p.{_group_name(group)}.{peer}-{rank}", peer, _relative("p2p", group, peer, rank))
         # the transfer torch would do (sizes, then the pickled bytes), so its rows have the real sizes
         dev = _device(device)
         dist.recv(torch.tensor(sizes, dtype=torch.long, device=dev), src=peer, group=group)
@@ -124,14 +154,15 @@ def install(out: Path, rank: int) -> Exchange:
     def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None, **kw):
         root = _global(group, group_src, src)
         channel = f"bcast.{_group_name(group)}.{root}"
+        relative = _relative("bcast", group, root)
         if rank == root:
-            ex.put(channel, list(object_list))
+            ex.put(channel, list(object_list), relative)
         try:
             bcast_o(object_list, src=src, group=group, device=device, group_src=group_src, **kw)
         except Exception:  # noqa: BLE001
             pass
         if rank != root:
-            values = ex.get(channel, root)
+            values = ex.get(channel, root, relative)
             object_list[:len(values)] = values
 
     @functools.wraps(gather_o)
@@ -139,13 +170,13 @@ def install(out: Path, rank: int) -> Exchange:
         pg = group or c10d._get_default_group()
         ranks = c10d.get_process_group_ranks(pg)
         name = _group_name(group)
-        ex.put(f"ag.{name}.{rank}", obj)
+        ex.put(f"ag.{name}.{rank}", obj, _relative("ag", group, rank))
         try:
             gather_o(object_list, obj, group=group)
         except Exception:  # noqa: BLE001
             pass
         for i, r in enumerate(ranks):
-            object_list[i] = obj if r == rank else ex.get(f"ag.{name}.{r}", r)
+            object_list[i] = obj if r == rank else ex.get(f"ag.{name}.{r}", r, _relative("ag", group, r))
 
     for mod in (c10d, dist):
         mod.send_object_list = send_object_list

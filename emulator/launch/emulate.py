@@ -128,9 +128,9 @@ def _run_ranks(job: EmulationJob, runner: RankRunner, dedup: bool, verify: int,
             # the ranks of each such group must run side by side. Start over with that constraint.
             units = exchange_units(runner.runs[0].summary.groups, world, group)
             console.print(f"[yellow]ranks exchange Python objects over group {group}: emulating the ranks "
-                          f"of each such group together[/yellow]")
+                          f"of one such group together, the others reading its objects[/yellow]")
             runner.restart_side_by_side(probe_timeout_set=not user_timeout)
-            result = deduplicate(world, runner, verify=verify, unit_of=units)
+            result = deduplicate(world, runner, verify=verify, unit_of=units, stand_in=runner.use_stand_ins)
         if result is None:
             rank_map = {r: r for r in runner.runs}
         else:

@@ -118,6 +118,11 @@ class RankRunner:
         if probe_timeout_set:
             self.env.pop("MAYA_EXCHANGE_TIMEOUT_S", None)
 
+    def use_stand_ins(self) -> None:
+        """From now on a rank whose peer is not running reads the objects the same position of an
+        already emulated group sent (`emulator.distributed.objects`, stand-ins)."""
+        self.env["MAYA_EXCHANGE_STANDIN"] = "1"
+
     def exchange_group(self) -> str | None:
         """The process group named by a rank that gave up waiting for a peer's Python object, if any."""
         for run in self.runs.values():

@@ -127,19 +127,25 @@ def _hash(summary: RankSummary) -> str | None:
 
 
 def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int = 0,
-                unit_of: Callable[[int], list[int]] | None = None) -> DedupResult | None:
+                unit_of: Callable[[int], list[int]] | None = None,
+                stand_in: Callable[[], None] | None = None) -> DedupResult | None:
     """Drive the phases above. `run_ranks(ranks)` emulates ranks (in parallel) and returns their summaries;
     a missing summary, or one neither ok nor OOM, stops the search (None is returned: the caller reports
     the failure). An OOM rank counts as emulated: its trace up to the failed allocation shows its role.
 
     `unit_of(rank)` names ranks that must be emulated together with `rank` (programs that exchange
-    Python objects between ranks, like pipelining's shape inference): every batch is widened to whole
-    units, and `run_ranks` is expected to run a batch all at once.
+    Python objects between ranks, like pipelining's shape inference), and `run_ranks` is expected to
+    run a batch all at once. Without `stand_in`, every batch is widened to whole units. With it, only
+    the base's unit runs side by side first; then `stand_in()` lets a rank read a missing peer's
+    objects from the same position of that unit (`emulator.distributed.objects`), and later batches
+    are not widened: a 1,024-rank TP x PP x DP job then emulates one pipeline plus its probes,
+    instead of one whole pipeline per rank it needs.
     """
     done: dict[int, RankSummary] = {}
+    widen = unit_of is not None
 
     def run(ranks: list[int]) -> bool:
-        if unit_of is not None:
+        if widen:
             ranks = [u for r in ranks for u in unit_of(r)]
         todo = [r for r in dict.fromkeys(ranks) if r not in done]
         if not todo:
@@ -151,6 +157,11 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
     # Rank 0 often does extra work (logging, checkpoints), so roles are probed around the last rank
     # instead, and rank 0 is always emulated and kept as its own trace.
     base = world_size - 1
+    if unit_of is not None and stand_in is not None:
+        if not run([base]):
+            return None
+        stand_in()
+        widen = False
     if not run([0, base]):
         return None
     parts = partitions(done[0].groups, world_size)

@@ -150,3 +150,23 @@ def test_ddp_inside_pipeline_stages_with_several_micro_batches(tmp_path):
     assert sorted(zip(p2p.op, p2p.coll_seq, strict=True)) == sorted(zip(waits.waits_for, waits.coll_seq, strict=True))
     pred = predict_from_trace(tmp_path, roofline_only=True, timeline=False, write=False)
     assert pred.hang is None and pred.iteration_time_s > 0
+
+
+def test_pipeline_ranks_emulated_alone_read_their_peers_objects_from_an_emulated_pipeline(tmp_path):
+    """PP=2 x DP=4 with rank deduplication: pipelining's stages exchange Python objects (the
+    start-up vote), so one pipeline runs side by side and the ranks after it run alone, reading what
+    the same stage of that pipeline sent (stand-ins). Rank 0 emulated that way must do exactly the
+    work it does when all eight ranks run together (equal work hash), with fewer ranks emulated."""
+    from emulator.launch.emulate import run_emulation
+
+    program = ROOT / "examples" / "validation" / "megatron_gpt.py"
+    argv = ["--layers", "2", "--hidden", "64", "--heads", "2", "--seq", "32", "--vocab", "128",
+            "--pp", "2", "--micro-batch", "1", "--global-batch", "8", "--steps", "2"]
+    kw = dict(script=str(program), module=None, gpu="a100-80gb", nproc_per_node=8, nnodes=1, iterations=1,
+              argv=argv)
+    dedup = run_emulation(out=tmp_path / "dedup", dedup=True, **kw)
+    assert dedup.ok and dedup.complete, dedup.error
+    assert len(dedup.ranks_emulated) < 8
+    full = run_emulation(out=tmp_path / "full", dedup=False, **kw)
+    assert full.ok and full.complete, full.error
+    assert dedup.work_hash["0"] == full.work_hash["0"]

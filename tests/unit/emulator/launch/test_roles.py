@@ -212,3 +212,28 @@ def test_expand_rank_keeps_a_second_world_sized_group_apart_from_the_default_gro
     out = expand_rank(rep, 3, 2, groups, world_size=4)
     assert out.column("group").to_pylist() == ["0", "1"]
     assert out.column("rank").to_pylist() == [2, 2]
+
+
+def _pipeline_job(world: int, pp: int):
+    """dp x pp (stage = r % pp) whose stages exchange Python objects over the pipeline groups (r // pp)."""
+    groups = mesh_groups((world // pp, pp))
+    pipeline = [g for g in groups if g["name"].startswith("d1-")]
+    by_rank = {r: g["ranks"] for g in pipeline for r in g["ranks"]}
+    run, ran = fake_runner(world, groups, lambda r: f"stage{r % pp}")
+    return run, ran, (lambda r: by_rank[r])
+
+
+def test_object_exchanging_pipelines_emulate_one_pipeline_with_stand_ins_not_one_per_rank():
+    run, ran, unit_of = _pipeline_job(64, 8)  # 8 pipelines of 8 stages
+    widened = deduplicate(64, run, unit_of=unit_of)
+    widened_ranks = set(ran)
+
+    run, ran, unit_of = _pipeline_job(64, 8)
+    switched = []
+    res = deduplicate(64, run, unit_of=unit_of, stand_in=lambda: switched.append(len(ran)))
+    assert switched == [8] and sorted(ran[:8]) == unit_of(63)  # the last rank's pipeline ran first, alone
+    assert len(set(ran)) < len(widened_ranks)  # then ranks alone: rank 0 and the probes, not their pipelines
+    assert 0 in ran and not set(unit_of(0)) - {0} <= set(ran)
+    # the same roles either way: every rank maps to an emulated rank of its own stage
+    for r in range(64):
+        assert res.rank_map[r] % 8 == r % 8 == widened.rank_map[r] % 8
