@@ -21,6 +21,7 @@ from emulator.collate.hangs import HangError, check_matching
 from emulator.core.ops import collective_name, is_view_op
 from emulator.trace.expand import expand_rank
 from emulator.trace.io import read_summary, read_traces
+from emulator.trace.partitions import partitions
 from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS, conform
 from emulator.trace.summaries import EmulationSummary
 
@@ -146,11 +147,11 @@ def _own_view(rep: RepTrace) -> RankView:
                     peer={i: rep.peer[i] for i in rows if rep.peer[i] is not None})
 
 
-def _expanded_view(rep: RepTrace, rank: int, groups, world: int) -> RankView:
+def _expanded_view(rep: RepTrace, rank: int, groups, world: int, parts=None) -> RankView:
     """A view of `rep` as `rank`: `expand_rank` rewrites the rank-dependent rows (groups, peers)."""
     rows = rep.ranked_rows
     sub = rep.table.take(pa.array(rows, type=pa.int64())) if rows else rep.table.slice(0, 0)
-    exp = expand_rank(sub, rep.rank, rank, groups, world_size=world)
+    exp = expand_rank(sub, rep.rank, rank, groups, world_size=world, parts=parts)
     g = exp.column("group").to_pylist()
     gr = exp.column("group_ranks").to_pylist()
     pe = exp.column("peer").to_pylist()
@@ -194,12 +195,19 @@ def collate_tables(tables: dict[int, pa.Table], summary: EmulationSummary, nnode
     rank_map = {int(k): int(v) for k, v in summary.rank_map.items()}
     groups = summary.groups
     views = []
+    parts = partitions(groups, world) if any(rank_map.get(r, r) != r for r in range(world)) else None
     for rank in range(world):
-        rep_rank = rank if rank in reps else rank_map.get(rank)
+        # rank_map names the trace each rank uses: an emulated rank that did its role's work shares the
+        # representative's (emulator.launch.roles), so its own trace is not used
+        rep_rank = rank_map.get(rank, rank)
+        if rep_rank not in reps and rank in reps:
+            rep_rank = rank
         if rep_rank is None or rep_rank not in reps:
             raise CollateError(f"rank {rank} has no trace and no representative in emulation.json rank_map")
         rep = reps[rep_rank]
-        views.append(_own_view(rep) if rep_rank == rank else _expanded_view(rep, rank, groups, world))
+        views.append(_own_view(rep) if rep_rank == rank else _expanded_view(rep, rank, groups, world, parts))
+    used = {v.rep.rank for v in views}
+    reps = {r: rep for r, rep in reps.items() if r in used}  # a trace no rank uses is not estimated
     job = CollatedJob(out=out, summary=summary, world_size=world, nnodes=nn, nproc_per_node=npn, reps=reps, ranks=views)
     if check:
         report = check_matching(job)

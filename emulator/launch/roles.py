@@ -6,7 +6,7 @@ stage, say), so emulating every rank wastes 99 % of the time. How roles are foun
 
 1. Emulate rank 0 and the last rank. Rank 0's summary lists every process group the program
    created; the last rank is the *base* roles are probed around, because rank 0 often does
-   extra work of its own (logging, checkpointing) and is kept as its own trace.
+   extra work of its own (logging, checkpointing) and keeps its own trace when its work differs.
 2. Derive *partitions* of the world from those groups: sets of disjoint, equal-sized groups
    that together cover every rank (each DeviceMesh dimension is one; the world group is not
    used unless there is nothing else). A group family that does not cover the world is kept
@@ -126,6 +126,22 @@ def _hash(summary: RankSummary) -> str | None:
     return summary.work_hash
 
 
+def _trace_of(rank: int, rep: int, done: dict[int, RankSummary]) -> int:
+    """The trace `rank` uses: its role representative's, unless it was emulated and did other work.
+
+    An emulated rank (rank 0, a probe) whose work hash equals its representative's shares the
+    representative's trace rather than keeping its own: then every rank of one role has one trace,
+    which is what lets the simulator run each class of ranks once (`emulator.simulate.classes`);
+    two traces of the same work differ only in this machine's host-time noise."""
+    if rank not in done or rep == rank:
+        return rep if rank not in done else rank
+    other = done.get(rep)
+    if other is None or (done[rank].ok, done[rank].oom) != (other.ok, other.oom):
+        return rank  # an OOM rank keeps the trace that shows where it ran out
+    mine = _hash(done[rank])
+    return rep if mine is not None and mine == _hash(other) else rank
+
+
 def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int = 0,
                 unit_of: Callable[[int], list[int]] | None = None,
                 stand_in: Callable[[], None] | None = None) -> DedupResult | None:
@@ -155,7 +171,7 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
         return all(r in done and (done[r].ok or done[r].oom) for r in todo)
 
     # Rank 0 often does extra work (logging, checkpoints), so roles are probed around the last rank
-    # instead, and rank 0 is always emulated and kept as its own trace.
+    # instead, and rank 0 is always emulated (it keeps its own trace when its work differs).
     base = world_size - 1
     if unit_of is not None and stand_in is not None:
         if not run([base]):
@@ -189,7 +205,7 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
         rep_of_class.setdefault(keys[r], r)
     if not run(sorted(set(rep_of_class.values()))):
         return None
-    rank_map = {r: (r if r in done else rep_of_class[keys[r]]) for r in range(world_size)}
+    rank_map = {r: _trace_of(r, rep_of_class.get(keys[r], r), done) for r in range(world_size)}
     mismatches: list[dict] = []
     if verify > 0:
         candidates = [r for r in range(world_size) if r not in done]
@@ -200,8 +216,8 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
             return None
         for r in picked:
             rep = rank_map[r]
-            rank_map[r] = r  # it has its own trace now
             if _hash(done[r]) != _hash(done[rep]):
+                rank_map[r] = r  # it keeps its own trace
                 mismatches.append({"rank": r, "representative": rep})
     return DedupResult(rank_map=rank_map, emulated=sorted(done), partitions=parts, significant=significant,
                        mismatches=mismatches, boundary=boundary)

@@ -14,19 +14,21 @@ from emulator.trace.partitions import Partition, partitions
 
 
 def expand_rank(rep_table: pa.Table, rep_rank: int, rank: int, groups: list[dict],
-                world_size: int | None = None) -> pa.Table:
+                world_size: int | None = None, parts: list[Partition] | None = None) -> pa.Table:
     """`rep_rank`'s trace rows rewritten as `rank`'s (rank, group, group_ranks and peer columns).
 
     A collective on group G of partition P becomes the same collective on the group of P that
     holds `rank`; a p2p peer at position i of the smallest group holding both ends becomes the
     member at position i of the corresponding group (else the peer is shifted by the rank
-    offset, modulo the world). Groups holding every rank are left as they are.
+    offset, modulo the world). Groups holding every rank are left as they are. `parts`: the
+    groups' partitions, when the caller expands many ranks of one job (they are the same for all).
     """
     if rank == rep_rank:
         return rep_table
     if world_size is None:
         world_size = max([max((int(r) for r in g["ranks"]), default=-1) for g in groups] + [rep_rank, rank]) + 1
-    parts = partitions(groups, world_size)
+    if parts is None:
+        parts = partitions(groups, world_size)
     by_name = {str(g["name"]): tuple(int(r) for r in g["ranks"]) for g in groups}
     name_loc: dict[str, tuple[Partition, int]] = {}
     ranks_loc: dict[tuple[int, ...], tuple[Partition, int]] = {}

@@ -170,3 +170,17 @@ def test_pipeline_ranks_emulated_alone_read_their_peers_objects_from_an_emulated
     full = run_emulation(out=tmp_path / "full", dedup=False, **kw)
     assert full.ok and full.complete, full.error
     assert dedup.work_hash["0"] == full.work_hash["0"]
+    # ranks that did their role's work share one trace, so each class of ranks is simulated once
+    from emulator.collate.job import collate
+    from emulator.core.hardware import get_gpu
+    from emulator.estimate import estimate
+    from emulator.pipeline import load_predictors
+    from emulator.simulate.classes import quotient
+
+    traces = set(dedup.rank_map.values())
+    assert len(traces) < len(dedup.ranks_emulated)
+    job = collate(tmp_path / "dedup")
+    assert set(job.reps) == traces
+    spec = get_gpu("a100-80gb")
+    classes = quotient(job, estimate(job, spec, *load_predictors(spec, "roofline")).durations)
+    assert classes is not None and len(classes[0]) == len(traces)

@@ -57,8 +57,9 @@ def test_identical_ranks_need_only_a_few_processes():
     res = deduplicate(8, run)
     assert sorted(ran) == [0, 5, 6, 7]  # rank 0, the base (7) and one probe per mesh dimension
     assert res.significant == [False, False]
-    assert all(res.rank_map[r] in ran for r in range(8))
-    assert res.rank_map[0] == 0 and res.rank_map[3] == 7
+    # one trace for the one role: the emulated ranks that did the same work (rank 0, the probes) share
+    # the representative's, so the simulator can run the class once
+    assert set(res.rank_map.values()) == {7}
 
 
 def test_pipeline_stages_are_distinct_roles():
