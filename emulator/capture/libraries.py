@@ -17,6 +17,8 @@ of the torch op a GPU would run for the same work instead: FusedAdam becomes one
 tensor lists, as DeepSpeed's); ZeRO-Offload's cpu_adam (a C++ op that builds here, but reads
 host memory a fake host tensor does not have) becomes the same on the host tensors. Each
 stand-in is announced once on stderr; ops without one keep DeepSpeed's own loader (and its error).
+
+megatron-core's sequence parallelism needs Apex's fused layer norm: `emulator.capture.apex_standin`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import sys
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
+from emulator.capture import apex_standin
+
 
 def install(fake_mode) -> None:
+    apex_standin.install()
     for name, patch in _PATCHES.items():
         if name in sys.modules:
             patch(sys.modules[name], fake_mode)

@@ -1,8 +1,7 @@
 """megatron-core (local PyTorch layer specs, no Transformer Engine) the way its quickstart trains a GPT: TP,
-PP with the 1F1B and interleaved schedules, and the distributed optimizer, world 2, bf16 (Float16Module).
-
-Not covered: sequence parallelism, which megatron-core's local spec refuses without Apex or Transformer
-Engine norms ("sequence parallel not supported by torch LayerNorm"), both CUDA builds."""
+PP with the 1F1B and interleaved schedules, sequence parallelism, and the distributed optimizer, world 2,
+bf16 (Float16Module). Sequence parallelism needs Apex's fused layer norm, a CUDA build: the emulator
+gives megatron-core a torch stand-in (`emulator.capture.apex_standin`)."""
 
 import pytest
 
@@ -29,6 +28,20 @@ def test_tensor_parallel_all_reduces_twice_per_layer_and_pass(tmp_path):
     # row-parallel attention output and MLP output in forward, their column-parallel inputs in backward
     assert _count(t[t.phase == "forward"], "c10d::allreduce_") >= 2 * LAYERS * MICRO_BATCHES
     assert _count(t[t.phase == "backward"], "c10d::allreduce_") >= 2 * LAYERS * MICRO_BATCHES
+
+
+def test_sequence_parallel_gathers_and_reduce_scatters_activations_and_runs_apex_layer_norm(tmp_path):
+    run = _run(tmp_path, "--tp", "2", "--sequence-parallel")
+    assert "megatron-core's FusedLayerNorm runs as torch's layer_norm" in run.log(0)
+    t = run.steady()
+    fwd, bwd = t[t.phase == "forward"], t[t.phase == "backward"]
+    # each layer's attention and MLP: all-gather the sequence shards in, reduce-scatter the output back
+    assert _count(fwd, "c10d::_allgather_base_") >= 2 * LAYERS * MICRO_BATCHES
+    assert _count(fwd, "c10d::_reduce_scatter_base_") >= 2 * LAYERS * MICRO_BATCHES
+    assert _count(bwd, "c10d::_reduce_scatter_base_") >= LAYERS * MICRO_BATCHES
+    # Apex's FusedLayerNorm: one kernel each way for the two norms of every layer and the final one
+    norms = (2 * LAYERS + 1) * MICRO_BATCHES
+    assert _count(fwd, "aten::native_layer_norm") == _count(bwd, "aten::native_layer_norm_backward") == norms
 
 
 @pytest.mark.parametrize("vpp, messages", [(None, MICRO_BATCHES), ("2", 3 * MICRO_BATCHES)])
