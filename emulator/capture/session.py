@@ -111,6 +111,8 @@ class Session:
         self.compiled: Counter[str] = Counter()
         from emulator.capture import compile as inductor
 
+        if self.policy == "emulate":
+            inductor.install_user_kernels(rec)  # the program's own Triton kernels, compiled or not
         if self.policy == "emulate" and inductor.available():
             inductor.install(rec, self.compiled)
             return
