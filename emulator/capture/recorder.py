@@ -82,6 +82,7 @@ _BARRIER = "c10d::barrier"
 _RECORD_STREAM = torch.ops.aten.record_stream.default
 _BINCOUNT = torch.ops.aten.bincount.default
 _TOPK = torch.ops.aten.topk.default
+_HISTC = torch.ops.aten.histc.default
 _clock = time.process_time  # host-gap clock, see the module docstring
 HOST_SPEED_PROBE = {"repeats": 2, "steps": 3}  # a few tens of ms between two iterations
 _MISS = object()
@@ -513,6 +514,8 @@ class Recorder(TorchDispatchMode):
             routing.topk_values(self.shadows, args, kwargs, out)
         elif func is _BINCOUNT and self.shadows is not None:
             routing.bincount_values(self.shadows, args, kwargs, out)
+        elif func is _HISTC and self.shadows is not None:
+            routing.histc_values(self.shadows, args, kwargs, out)
 
     def _host_copy_with_values(self, out):
         """A copy to the host of device data whose values are known (they came from the host, see
@@ -826,6 +829,8 @@ class Recorder(TorchDispatchMode):
             self._share_broadcast(bound, coll)
         elif op == "c10d::alltoall_base_" and self.shadows is not None:
             routing.all_to_all_values(self.shadows, bound, coll.get("group_ranks") or [], self.rank)
+        elif op == "_c10d_functional::all_to_all_single" and self.shadows is not None:
+            routing.functional_all_to_all_values(self.shadows, bound, out, coll.get("group_ranks") or [], self.rank)
         out_shapes, out_dtypes, out_tensors = signature.outputs(out)
         if kind == "kernel" and self.policy == "emulate" and _on_host(args, kwargs, out_tensors):
             kind = "host_op"

@@ -30,6 +30,9 @@ from pathlib import Path
 
 POLICIES = ("balanced", "zipf:S", "trace:FILE")
 DEFAULT = "balanced"
+# the rank summary's `placeholders` kinds that the policy decided (emulator.capture.routing): a run with
+# any of them names its policy
+POLICY_PLACEHOLDERS = frozenset({"topk", "bincount", "histc"})
 
 
 class RoutingPolicyError(ValueError):
