@@ -275,6 +275,10 @@ class Recorder(TorchDispatchMode):
             return module, "optimizer"
         return module, ("forward" if module else "other")
 
+    def current_module(self) -> str | None:
+        """The module running now (its qualified name), in forward or in backward's recompute."""
+        return self._module_phase()[0] or None
+
     def note_known_value(self) -> None:
         """A data-dependent size came from values known on the host (emulator.capture.routing)."""
         self.real_reads += 1

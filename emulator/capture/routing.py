@@ -14,8 +14,9 @@ The rule, in order:
    nonzero, keep the upper bound unless the mask's values are known.)
 2. Otherwise the routing policy (`emulator.core.routing`, `maya emulate --routing`, default
    `balanced`: every expert gets its share). At the source: the indices of a `topk` over
-   device-computed scores (a router's choice) get values: the c-th router call of an iteration
-   over T tokens with k choices among E experts hands expert e the policy's count of the T*k
+   device-computed scores (a router's choice) get values: router call c (the c-th router module
+   first seen, so a block recomputed by activation checkpointing routes as its forward did; see
+   `_router_call`) over T tokens with k choices among E experts hands expert e the policy's count of the T*k
    choices (at most one per token), laid out so that each token's k choices are distinct
    experts. Counts, masks, sorts and splits computed from them are then exact consequences of
    the policy (shadows keep at most MAX_ELEMENTS values per storage; a larger router output has
@@ -53,18 +54,23 @@ _value_of: Callable[[FakeTensor], torch.Tensor | None] | None = None
 _on_policy: Callable[[str], None] | None = None
 _on_known: Callable[[], None] | None = None
 _iteration: Callable[[], int] = lambda: 0
-_calls = [-1, 0]  # [iteration, router calls in it so far]
+_module: Callable[[], str | None] = lambda: None
+_calls = [-1, 0]  # [iteration, router calls in it so far] (routers outside any module)
+_routers: dict[str, int] = {}  # router module -> its index (first seen first)
+_latest = [0]  # the index of the latest router call
 
 
-def install(policy: RoutingPolicy, value_of, on_policy, on_known, iteration) -> None:
+def install(policy: RoutingPolicy, value_of, on_policy, on_known, iteration, module=lambda: None) -> None:
     """Register the fake rules and route their questions to the recorder (`value_of`: a fake tensor's
     known values or None; `on_policy(kind)`: an output came from the policy; `on_known()`: from known
     values; both make the call uncacheable; `iteration()`: the recorder's iteration, which numbers
-    router calls from 0 again)."""
-    global _policy, _value_of, _on_policy, _on_known, _iteration
+    router calls outside modules from 0 again; `module()`: the module running now, which names a router)."""
+    global _policy, _value_of, _on_policy, _on_known, _iteration, _module
     from torch._subclasses import fake_impls
 
-    _policy, _value_of, _on_policy, _on_known, _iteration = policy, value_of, on_policy, on_known, iteration
+    _policy, _value_of, _on_policy, _on_known, _iteration, _module = (policy, value_of, on_policy, on_known,
+                                                                      iteration, module)
+    _routers.clear()
     table = fake_impls.op_implementations_dict
     table[aten.bincount.default] = bincount_rule
     table[aten.repeat_interleave.Tensor] = repeat_interleave_rule
@@ -76,13 +82,25 @@ def install(policy: RoutingPolicy, value_of, on_policy, on_known, iteration) -> 
 
 
 def _router_call(advance: bool) -> int:
-    """The index of this iteration's router call: a new one (`advance`) or the latest."""
-    it = _iteration()
-    if _calls[0] != it:
-        _calls[:] = [it, 0]
-    if advance:
+    """The index of a router call: of the router calling now (`advance`, its top-k) or of the latest.
+
+    A router is its module: the c-th router module first seen is call c, in every iteration, and a router
+    that runs again (its block recomputed in backward by activation checkpointing, another micro-batch)
+    gets the same loads again, as a GPU's router reproduces its choices. Outside any module: the c-th
+    router call of the iteration."""
+    if not advance:
+        return _latest[0]
+    name = _module()
+    if name:
+        index = _routers.setdefault(name, len(_routers))
+    else:
+        it = _iteration()
+        if _calls[0] != it:
+            _calls[:] = [it, 0]
         _calls[1] += 1
-    return max(_calls[1] - 1, 0)
+        index = _calls[1] - 1
+    _latest[0] = index
+    return index
 
 
 def known(t) -> torch.Tensor | None:
@@ -215,7 +233,10 @@ def all_to_all_values(shadows, bound: dict, ranks: list[int], rank: int) -> None
 
 def functional_all_to_all_values(shadows, bound: dict, out, ranks: list[int], rank: int) -> None:
     """`_c10d_functional::all_to_all_single` of known values (torchtitan exchanges its token counts so):
-    rule 3, as for `c10d::alltoall_base_`."""
+    rule 3, as for `c10d::alltoall_base_`. The shadow replay has already run the op on the CPU against
+    the fake group, which moves no data (each rank got its own first block back): those values go."""
+    if isinstance(out, FakeTensor):
+        shadows.forget(out)
     _symmetric_all_to_all(shadows, bound.get("input"), out, bound.get("input_split_sizes") or [],
                           bound.get("output_split_sizes") or [], ranks, rank)
 

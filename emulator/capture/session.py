@@ -70,7 +70,8 @@ class Session:
             from emulator.capture import routing
 
             routing.install(RoutingPolicy.parse(getattr(ns, "routing", None)), rec.shadows.value,
-                            rec.note_placeholder, rec.note_known_value, lambda: rec.iteration)
+                            rec.note_placeholder, rec.note_known_value, lambda: rec.iteration,
+                            lambda: rec.current_module())
             cuda_shim.install(self.spec, ns.local_world_size, rec)
             cuda_shim.set_device(0)
             memory.install_resize_hook(stream_id)
