@@ -26,12 +26,14 @@ The rule, in order:
    `.tolist()` reads them and ops on them replay). `histc(ids, bins=E, min=0, max=E)` (one bin
    per id, torchtitan's count) likewise. All count under `placeholders` ("topk", "bincount",
    "histc"). A router call with more choices than a shadow holds keeps no index values but still
-   counts as a call, so the counts made from it follow the policy for that call. `nonzero`, `masked_select` and `unique` keep their upper bound (every element
-   selected, `emulator.device.fake_mode`), and `repeat_interleave` with tensor repeats of unknown
-   values has no rule (unsupported).
-3. All-to-alls (`c10d::alltoall_base_`, `_c10d_functional::all_to_all_single`) of known values assume that every rank holds what this rank holds (the policy is
-   identical on every rank): block j of an all-to-all's output is this rank's input block for
-   itself, so the counts each rank receives are the counts its peers route to it, and the split
+   counts as a call, so the counts made from it follow the policy for that call. `nonzero`,
+   `masked_select` and `unique` keep their upper bound (every element selected,
+   `emulator.device.fake_mode`), and `repeat_interleave` with tensor repeats of unknown values has
+   no rule (unsupported).
+3. All-to-alls (`c10d::alltoall_base_`, `_c10d_functional::all_to_all_single`) of known values
+   assume that every rank holds what this rank holds (the policy is identical on every rank):
+   block j of an all-to-all's output is this rank's input block for itself, so the counts each
+   rank receives are the counts its peers route to it, and the split
    sizes agree across ranks. (A broadcast takes the root's real values, `Recorder._share_broadcast`.)
 
 """
