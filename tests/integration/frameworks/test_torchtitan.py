@@ -106,6 +106,27 @@ def test_llama3_prediction_is_a_step_time(runs):
     assert pred["hang"] is None and pred["iteration_time_s"] > 0 and pred["mfu"] > 0
 
 
+@pytest.mark.parametrize(("ac", "recomputed"), [
+    ((), LLAMA_LAYERS // 2),  # the default: every second block checkpointed whole
+    (("--activation_checkpoint.selective_ac_option", "op"), 0),  # per-op SAC saves the compiled region's outputs
+], ids=["every_second_block", "per_op_sac"])
+def test_compiled_flex_attention_runs_inductors_kernels_that_checkpointing_sees_as_one_region(runs, ac, recomputed):
+    # torchtitan compiles flex_attention with `wrap_inductor_compiled_regions`: one inductor_compiled_code op
+    # that its SAC policy saves; the region's Triton template kernels are the rows, not an eager flex op
+    run = runs("--model.flavor", "debugmodel_flex_attn", *ac)
+    assert run.rc == 0 and run.summary["ok"], ok(run)
+    assert run.summary["compiled"].get("torch.compile", 0) >= 1 and run.summary["eager_fallbacks"] == {}
+    step = _last_step(run)
+    kernels = step[step.kind == "kernel"]
+    assert not kernels.op.str.startswith("aten::flex_attention").any()
+    templates = kernels[kernels.op == "triton::template"]
+    names = templates.args.map(lambda a: json.loads(a)["kernel"])
+    forward = templates[names.str.contains("flex_attention") & ~names.str.contains("backward")]
+    assert (forward.phase == "forward").sum() == LLAMA_LAYERS
+    assert (forward.phase == "backward").sum() == recomputed
+    assert names.str.contains("flex_attention_backward").sum() == LLAMA_LAYERS
+
+
 def _token_all_to_alls(t):
     """(phase, input splits, output splits) of each all-to-all that moves tokens, and how many all-to-alls
     in forward exchanged the int64 token counts per expert instead."""
