@@ -108,11 +108,11 @@ def test_llama3_prediction_is_a_step_time(runs):
 
 @pytest.mark.parametrize(("ac", "recomputed"), [
     ((), LLAMA_LAYERS // 2),  # the default: every second block checkpointed whole
-    (("--activation_checkpoint.selective_ac_option", "op"), 0),  # per-op SAC saves the compiled region's outputs
+    (("--activation_checkpoint.selective_ac_option", "op"), 0),  # per-op SAC: the region does not run again
 ], ids=["every_second_block", "per_op_sac"])
-def test_compiled_flex_attention_runs_inductors_kernels_that_checkpointing_sees_as_one_region(runs, ac, recomputed):
-    # torchtitan compiles flex_attention with `wrap_inductor_compiled_regions`: one inductor_compiled_code op
-    # that its SAC policy saves; the region's Triton template kernels are the rows, not an eager flex op
+def test_compiled_flex_attention_runs_inductors_kernels_and_recomputes_as_checkpointing_says(runs, ac, recomputed):
+    # torchtitan compiles flex_attention with `wrap_inductor_compiled_regions` (one inductor_compiled_code op,
+    # in its SAC save list): the region's Triton template kernels are the rows, not an eager flex op
     run = runs("--model.flavor", "debugmodel_flex_attn", *ac)
     assert run.rc == 0 and run.summary["ok"], ok(run)
     assert run.summary["compiled"].get("torch.compile", 0) >= 1 and run.summary["eager_fallbacks"] == {}
