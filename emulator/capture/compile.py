@@ -48,9 +48,10 @@ compiled region carry the module that called it.
 Dispatch modes: Dynamo does not trace under the recorder, so the recorder leaves the stack while a
 compiled function is called and goes back in its place for the compiled graph. The program's own
 modes that Dynamo traces under on a GPU (`ignore_compile_internals`: selective activation
-checkpointing's) stay on, so SAC sees a region wrapped as one `inductor_compiled_code` op (torchtitan's
-compiled FlexAttention) and saves or recomputes it as its policy says; the recorder runs such a
-region's compiled code (`Recorder._run_compiled_region`). Under any other mode of the program Dynamo
+checkpointing's) stay on, as they do there, so its policy is asked about a region wrapped as one
+`inductor_compiled_code` op (torchtitan's compiled FlexAttention; its runs here record the same trace
+with or without these modes, so no test shows a difference yet); the recorder runs such a region's
+compiled code (`Recorder._run_compiled_region`). Under any other mode of the program Dynamo
 skips the frame on a GPU too, and the function runs eagerly (counted as "eager under a dispatch mode").
 
 The program's own Triton kernels (`kernel[grid](...)`, `@triton.autotune`) are `install_user_kernels`'s.
