@@ -44,6 +44,17 @@ Why each patch exists (torch 2.13 CPU build, triton 3.9):
   `_cuda_getCurrentRawStream` is the emulated current stream's id.
 The emulator's module hooks are paused while Dynamo traces (it would trace them too); rows of a
 compiled region carry the module that called it.
+
+Dispatch modes: Dynamo does not trace under the recorder, so the recorder leaves the stack while a
+compiled function is called and goes back in its place for the compiled graph. The program's own
+modes that Dynamo traces under on a GPU (`ignore_compile_internals`: selective activation
+checkpointing's) stay on, as they do there, so its policy is asked about a region wrapped as one
+`inductor_compiled_code` op (torchtitan's compiled FlexAttention; its runs here record the same trace
+with or without these modes, so no test shows a difference yet); the recorder runs such a region's
+compiled code (`Recorder._run_compiled_region`). Under any other mode of the program Dynamo
+skips the frame on a GPU too, and the function runs eagerly (counted as "eager under a dispatch mode").
+
+The program's own Triton kernels (`kernel[grid](...)`, `@triton.autotune`) are `install_user_kernels`'s.
 """
 
 from __future__ import annotations
@@ -51,10 +62,16 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 from collections import Counter
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes, _pop_mode, _push_mode
+from torch.utils._python_dispatch import (
+    _disable_current_modes,
+    _get_current_dispatch_mode_stack,
+    _pop_mode,
+    _push_mode,
+)
 
 # benchmark_kernel: Inductor writes its byte and FLOP estimates into each kernel's metadata (and a
 # benchmark harness into the generated module, which nothing runs)
@@ -68,6 +85,8 @@ _ARITH = re.compile(r"(?<=[\w)\]])\s*[-+*/%]\s*(?=[\w(])")
 
 
 EAGER_BACKENDS = frozenset({"eager", "aot_eager"})
+# the dispatch-mode stack of the compiled function being called (this thread's), for the compiled graph
+_modes = threading.local()
 
 
 def _runs_eagerly(backend) -> bool:
@@ -118,11 +137,28 @@ def install(rec, counts: Counter) -> None:
 
         @functools.wraps(target)
         def call(*args, **kw):
+            stack = _get_current_dispatch_mode_stack()
+            program = [m for m in stack if m is not rec]
+            if any(not (m.is_infra_mode() or m.ignore_compile_internals()) for m in program):
+                # under such a mode of the program Dynamo skips the frame on a GPU too: the function runs eagerly
+                counts["eager under a dispatch mode"] += 1
+                return target(*args, **kw)
             rec.tracker.pause()
+            outer = getattr(_modes, "stack", None)
+            _modes.stack = stack  # `run` puts the recorder back where it was
             try:
-                with _disable_current_modes():  # Dynamo does not trace under a dispatch mode
-                    return compiled(*args, **kw)
+                # Dynamo does not trace under the recorder; the program's modes that let it (selective
+                # activation checkpointing's) stay, as on a GPU
+                with _disable_current_modes():
+                    for mode in program:
+                        _push_mode(mode)
+                    try:
+                        return compiled(*args, **kw)
+                    finally:
+                        for _ in program:
+                            _pop_mode()
             finally:
+                _modes.stack = outer
                 rec.tracker.resume()
 
         if isinstance(model, torch.nn.Module):
@@ -143,11 +179,16 @@ def _inductor_recorded(rec, options: dict, gm, example_inputs):
         compiled = compile_fx(gm, example_inputs)
 
     def run(*args):
-        _push_mode(rec)  # the compiled graph runs under the recorder (the caller turned it off)
-        try:
-            return compiled(*args)
-        finally:
-            _pop_mode()
+        # the compiled graph runs under the recorder (the caller took it off the stack), in its place
+        stack = getattr(_modes, "stack", None) or [rec]
+        with _disable_current_modes():
+            for mode in stack:
+                _push_mode(mode)
+            try:
+                return compiled(*args)
+            finally:
+                for _ in stack:
+                    _pop_mode()
 
     return run
 
@@ -255,3 +296,40 @@ def _install_triton_stand_ins(rec) -> None:
                                                                                  device="cuda")
     guards._reinterpret_tensor = lambda t, size, stride, offset=0: t.as_strided(size, stride,
                                                                                 t.storage_offset() + offset)
+
+
+def install_user_kernels(rec) -> bool:
+    """Triton kernels the program launches itself (`kernel[grid](...)`, torchtitan's MoE index kernel):
+    one kernel row each, `triton::user`, neither compiled nor run (there is no device). False without Triton.
+
+    The row: the tensor arguments' shapes, dtypes and strides, `args` {"kernel": its name, "grid": the
+    launch grid, and the body counts of `kernel_features`}; no FLOP count (a hand-written kernel says
+    nothing of its work: the roofline times it by its bytes), bytes the tensor arguments' sizes (an
+    upper bound). A kernel may store through any pointer it gets, so the tensor arguments' host values
+    (emulator.capture.shadows) are dropped. `@triton.autotune` has no device to time its configs on:
+    they all tie and the first stands, as for Inductor's kernels."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return False
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if warmup:  # compiles ahead of a launch; nothing runs on the device
+            return None
+        bound = {**dict(zip(self.arg_names, args, strict=False)), **kwargs}
+        launch = grid(bound) if callable(grid) else grid
+        launch = [int(g) for g in (launch if isinstance(launch, (tuple, list)) else (launch,))]
+        tensors = [a for a in bound.values() if isinstance(a, torch.Tensor)]
+        static = {"kernel": getattr(self, "__name__", None) or getattr(self.fn, "__name__", "kernel"),
+                  "grid": launch, **kernel_features(getattr(self, "src", "") or "")}
+        rec.record_launch("triton::user", tensors, static, None, None, writes=True)
+        return None
+
+    def bench(self, *args, config, **meta):
+        return [0.0, 0.0, 0.0]  # triton's (median, 20th, 80th percentile) of the run times
+
+    JITFunction.run = run
+    Autotuner._bench = bench
+    return True
+

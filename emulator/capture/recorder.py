@@ -48,7 +48,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
 from emulator.capture import fastpath, routing, signature, tensor_kinds
 from emulator.capture.modules import ModuleStack
@@ -67,6 +67,8 @@ from emulator.distributed.collectives import CollectiveCounter
 from emulator.distributed.objects import relative_name
 from emulator.memory.allocator import PRIVATE_POOL_STREAMS  # a CUDA graph's pool is a stream from here on
 
+# a compiled region wrapped as one op (torch 2.13 has it; see Recorder._run_compiled_region)
+_INDUCTOR_COMPILED_CODE = getattr(getattr(torch._higher_order_ops, "wrap", None), "inductor_compiled_code", None)
 _NOT_FAKEABLE = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException,
                  NotImplementedError)
 _PRIM_DEVICE = torch.ops.prim.device.default
@@ -81,6 +83,7 @@ _BARRIER = "c10d::barrier"
 _RECORD_STREAM = torch.ops.aten.record_stream.default
 _BINCOUNT = torch.ops.aten.bincount.default
 _TOPK = torch.ops.aten.topk.default
+_HISTC = torch.ops.aten.histc.default
 _clock = time.process_time  # host-gap clock, see the module docstring
 HOST_SPEED_PROBE = {"repeats": 2, "steps": 3}  # a few tens of ms between two iterations
 _MISS = object()
@@ -272,6 +275,10 @@ class Recorder(TorchDispatchMode):
         if self.in_optimizer:
             return module, "optimizer"
         return module, ("forward" if module else "other")
+
+    def current_module(self) -> str | None:
+        """The module running now (its qualified name), in forward or in backward's recompute."""
+        return self._module_phase()[0] or None
 
     def note_known_value(self) -> None:
         """A data-dependent size came from values known on the host (emulator.capture.routing)."""
@@ -512,6 +519,8 @@ class Recorder(TorchDispatchMode):
             routing.topk_values(self.shadows, args, kwargs, out)
         elif func is _BINCOUNT and self.shadows is not None:
             routing.bincount_values(self.shadows, args, kwargs, out)
+        elif func is _HISTC and self.shadows is not None:
+            routing.histc_values(self.shadows, args, kwargs, out)
 
     def _host_copy_with_values(self, out):
         """A copy to the host of device data whose values are known (they came from the host, see
@@ -714,11 +723,16 @@ class Recorder(TorchDispatchMode):
             self._t_last = _clock()
 
     def record_launch(self, op: str, tensors: list, args: dict, flops: float | None = None,
-                      nbytes: float | None = None) -> None:
-        """A kernel launched outside the dispatcher (a compiled graph's Triton kernel, emulator.capture.compile):
-        one kernel row over its tensor arguments; `nbytes` unknown: their sizes (an upper bound)."""
+                      nbytes: float | None = None, writes: bool = False) -> None:
+        """A kernel launched outside the dispatcher (a compiled graph's Triton kernel, a program's own Triton
+        kernel, emulator.capture.compile): one kernel row over its tensor arguments; `nbytes` unknown: their
+        sizes (an upper bound). `writes`: the kernel may write any of them, so their host values are dropped."""
         t0 = _clock()
         with self._lock:
+            if writes and self.shadows is not None:
+                for t in tensors:
+                    if isinstance(t, FakeTensor):
+                        self.shadows.forget(t)
             gap = self._gap(t0)
             module, phase = self._module_phase()
             if nbytes is None:
@@ -736,6 +750,8 @@ class Recorder(TorchDispatchMode):
         On a GPU it is one fused kernel; its score/mask functions are graphs, not arguments a
         benchmark could replay, so only the tensors are recorded (block-mask sparsity is not
         reflected in the FLOP count, which assumes a dense score matrix)."""
+        if func is _INDUCTOR_COMPILED_CODE:
+            return self._run_compiled_region(*args, **kwargs)
         op = f"aten::{func.name()}"
         with self._lock:
             gap = self._gap(t_enter)
@@ -765,6 +781,20 @@ class Recorder(TorchDispatchMode):
                           host_gap_s=gap, mem=self._mem())
             self._t_last = _clock()
         return out
+
+    def _run_compiled_region(self, func, inputs, *, name=None):
+        """Inductor's compiled code as one higher-order op (`wrap_inductor_compiled_regions`, set by
+        torchtitan's compiled FlexAttention so that selective activation checkpointing saves the region's
+        outputs). On a GPU the op runs the compiled kernels; its fake rule re-runs the original graph
+        instead, which is neither what the GPU runs nor fakeable (FlexAttention's own higher-order op).
+        Run the compiled code, under this mode again: its Triton launches and extern kernels are the rows."""
+        from torch._higher_order_ops.wrap import _resolve_inductor_callable
+
+        _push_mode(self)
+        try:
+            return _resolve_inductor_callable(func).compiled_callable(inputs)
+        finally:
+            _pop_mode()
 
     def _record_op(self, func, args, kwargs, op, t_enter, keyed=None):
         gap = self._gap(t_enter)
@@ -804,6 +834,8 @@ class Recorder(TorchDispatchMode):
             self._share_broadcast(bound, coll)
         elif op == "c10d::alltoall_base_" and self.shadows is not None:
             routing.all_to_all_values(self.shadows, bound, coll.get("group_ranks") or [], self.rank)
+        elif op == "_c10d_functional::all_to_all_single" and self.shadows is not None:
+            routing.functional_all_to_all_values(self.shadows, bound, out, coll.get("group_ranks") or [], self.rank)
         out_shapes, out_dtypes, out_tensors = signature.outputs(out)
         if kind == "kernel" and self.policy == "emulate" and _on_host(args, kwargs, out_tensors):
             kind = "host_op"

@@ -14,21 +14,26 @@ The rule, in order:
    nonzero, keep the upper bound unless the mask's values are known.)
 2. Otherwise the routing policy (`emulator.core.routing`, `maya emulate --routing`, default
    `balanced`: every expert gets its share). At the source: the indices of a `topk` over
-   device-computed scores (a router's choice) get values: the c-th router call of an iteration
-   over T tokens with k choices among E experts hands expert e the policy's count of the T*k
+   device-computed scores (a router's choice) get values: router call c (the c-th router module
+   first seen, so a block recomputed by activation checkpointing routes as its forward did; see
+   `_router_call`) over T tokens with k choices among E experts hands expert e the policy's count of the T*k
    choices (at most one per token), laid out so that each token's k choices are distinct
    experts. Counts, masks, sorts and splits computed from them are then exact consequences of
    the policy (shadows keep at most MAX_ELEMENTS values per storage; a larger router output has
    none, and the rules below apply). `bincount(ids, minlength=E)` of unknown ids has E bins
    (without `minlength`, one bin per id) holding the policy's counts of the ids (of the latest
    router call); those counts are the output's values (host-known from then on, so
-   `.tolist()` reads them and ops on them replay). Both count under `placeholders` ("topk",
-   "bincount"). `nonzero`, `masked_select` and `unique` keep their upper bound (every element
-   selected, `emulator.device.fake_mode`), and `repeat_interleave` with tensor repeats of unknown
-   values has no rule (unsupported).
-3. Collectives of known values assume that every rank holds what this rank holds (the policy is
-   identical on every rank): block j of an all-to-all's output is this rank's input block for
-   itself, so the counts each rank receives are the counts its peers route to it, and the split
+   `.tolist()` reads them and ops on them replay). `histc(ids, bins=E, min=0, max=E)` (one bin
+   per id, torchtitan's count) likewise. All count under `placeholders` ("topk", "bincount",
+   "histc"). A router call with more choices than a shadow holds keeps no index values but still
+   counts as a call, so the counts made from it follow the policy for that call. `nonzero`,
+   `masked_select` and `unique` keep their upper bound (every element selected,
+   `emulator.device.fake_mode`), and `repeat_interleave` with tensor repeats of unknown values has
+   no rule (unsupported).
+3. All-to-alls (`c10d::alltoall_base_`, `_c10d_functional::all_to_all_single`) of known values
+   assume that every rank holds what this rank holds (the policy is identical on every rank):
+   block j of an all-to-all's output is this rank's input block for itself, so the counts each
+   rank receives are the counts its peers route to it, and the split
    sizes agree across ranks. (A broadcast takes the root's real values, `Recorder._share_broadcast`.)
 
 """
@@ -51,18 +56,23 @@ _value_of: Callable[[FakeTensor], torch.Tensor | None] | None = None
 _on_policy: Callable[[str], None] | None = None
 _on_known: Callable[[], None] | None = None
 _iteration: Callable[[], int] = lambda: 0
-_calls = [-1, 0]  # [iteration, router calls in it so far]
+_module: Callable[[], str | None] = lambda: None
+_calls = [-1, 0]  # [iteration, router calls in it so far] (routers outside any module)
+_routers: dict[str, int] = {}  # router module -> its index (first seen first)
+_latest = [0]  # the index of the latest router call
 
 
-def install(policy: RoutingPolicy, value_of, on_policy, on_known, iteration) -> None:
+def install(policy: RoutingPolicy, value_of, on_policy, on_known, iteration, module=lambda: None) -> None:
     """Register the fake rules and route their questions to the recorder (`value_of`: a fake tensor's
     known values or None; `on_policy(kind)`: an output came from the policy; `on_known()`: from known
     values; both make the call uncacheable; `iteration()`: the recorder's iteration, which numbers
-    router calls from 0 again)."""
-    global _policy, _value_of, _on_policy, _on_known, _iteration
+    router calls outside modules from 0 again; `module()`: the module running now, which names a router)."""
+    global _policy, _value_of, _on_policy, _on_known, _iteration, _module
     from torch._subclasses import fake_impls
 
-    _policy, _value_of, _on_policy, _on_known, _iteration = policy, value_of, on_policy, on_known, iteration
+    _policy, _value_of, _on_policy, _on_known, _iteration, _module = (policy, value_of, on_policy, on_known,
+                                                                      iteration, module)
+    _routers.clear()
     table = fake_impls.op_implementations_dict
     table[aten.bincount.default] = bincount_rule
     table[aten.repeat_interleave.Tensor] = repeat_interleave_rule
@@ -74,13 +84,25 @@ def install(policy: RoutingPolicy, value_of, on_policy, on_known, iteration) -> 
 
 
 def _router_call(advance: bool) -> int:
-    """The index of this iteration's router call: a new one (`advance`) or the latest."""
-    it = _iteration()
-    if _calls[0] != it:
-        _calls[:] = [it, 0]
-    if advance:
+    """The index of a router call: of the router calling now (`advance`, its top-k) or of the latest.
+
+    A router is its module: the c-th router module first seen is call c, in every iteration, and a router
+    that runs again (its block recomputed in backward by activation checkpointing, another micro-batch)
+    gets the same loads again, as a GPU's router reproduces its choices. Outside any module: the c-th
+    router call of the iteration."""
+    if not advance:
+        return _latest[0]
+    name = _module()
+    if name:
+        index = _routers.setdefault(name, len(_routers))
+    else:
+        it = _iteration()
+        if _calls[0] != it:
+            _calls[:] = [it, 0]
         _calls[1] += 1
-    return max(_calls[1] - 1, 0)
+        index = _calls[1] - 1
+    _latest[0] = index
+    return index
 
 
 def known(t) -> torch.Tensor | None:
@@ -155,6 +177,30 @@ def bincount_values(shadows, args, kwargs, out) -> None:
         shadows.keep(out, torch.tensor(counts, dtype=torch.int64))
 
 
+def histc_values(shadows, args, kwargs, out) -> None:
+    """A histogram of unknown expert ids with one bin per id (`torch.histc(ids, bins=E, min=0, max=E)`,
+    torchtitan's router count) holds the policy's counts, as `bincount(ids, minlength=E)` does. Other
+    ranges (bins that are not whole ids, or min == max: the data's own range) stay unknown."""
+    bound = dict(zip(("input", "bins", "min", "max"), args, strict=False)) | kwargs
+    ids, bins = bound["input"], int(bound.get("bins", 100))
+    lo, hi = float(bound.get("min", 0)), float(bound.get("max", 0))
+    if not isinstance(out, FakeTensor) or shadows.value(out) is not None:
+        return
+    values = shadows.value(ids)
+    if values is not None:
+        # known ids (a policy-routed top-k) that the replay could not count: the CPU has no histc for
+        # integers (the GPU has); the same histogram over them as floating point
+        if lo != hi and not values.is_floating_point():
+            shadows.keep(out, torch.histc(values.double(), bins=bins, min=lo, max=hi).to(out.dtype))
+        return
+    if lo != 0 or hi != bins:
+        return
+    counts = _policy.counts(ids.numel(), bins, _router_call(advance=False))
+    shadows.keep(out, torch.tensor(counts, dtype=out.dtype))
+    if _on_policy is not None:
+        _on_policy("histc")
+
+
 def topk_values(shadows, args, kwargs, out) -> None:
     """The indices of a top-k over device-computed scores (a router's choice of experts) follow the
     policy: expert e gets the policy's count of the T*k choices, at most one per token; the choices
@@ -170,9 +216,10 @@ def topk_values(shadows, args, kwargs, out) -> None:
     n_experts, k = scores.shape[dim], indices.shape[dim]
     moved = indices.movedim(dim, -1)
     rows = moved.numel() // max(k, 1)
+    call = _router_call(advance=True)  # a router call even when its choices are too many to hold
     if rows * k > MAX_CHOICES:
-        return
-    counts = _policy.counts(rows * k, n_experts, _router_call(advance=True), cap=rows)
+        return  # the counts made from them (bincount, histc) still follow the policy, for this call
+    counts = _policy.counts(rows * k, n_experts, call, cap=rows)
     experts = torch.repeat_interleave(torch.arange(n_experts), torch.tensor(counts, dtype=torch.int64))
     choice = experts.view(k, rows).t()
     shadows.keep(indices, choice.reshape(moved.shape).movedim(-1, dim).contiguous())
@@ -183,6 +230,16 @@ def topk_values(shadows, args, kwargs, out) -> None:
 def all_to_all_values(shadows, bound: dict, ranks: list[int], rank: int) -> None:
     """`c10d::alltoall_base_` of known values (see the module docstring, rule 3)."""
     _symmetric_all_to_all(shadows, bound.get("input"), bound.get("output"), bound.get("input_split_sizes") or [],
+                          bound.get("output_split_sizes") or [], ranks, rank)
+
+
+def functional_all_to_all_values(shadows, bound: dict, out, ranks: list[int], rank: int) -> None:
+    """`_c10d_functional::all_to_all_single` of known values (torchtitan exchanges its token counts so):
+    rule 3, as for `c10d::alltoall_base_`. The shadow replay has already run the op on the CPU against
+    the fake group, which moves no data (each rank got its own first block back): those values go."""
+    if isinstance(out, FakeTensor):
+        shadows.forget(out)
+    _symmetric_all_to_all(shadows, bound.get("input"), out, bound.get("input_split_sizes") or [],
                           bound.get("output_split_sizes") or [], ranks, rank)
 
 

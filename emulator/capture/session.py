@@ -70,7 +70,8 @@ class Session:
             from emulator.capture import routing
 
             routing.install(RoutingPolicy.parse(getattr(ns, "routing", None)), rec.shadows.value,
-                            rec.note_placeholder, rec.note_known_value, lambda: rec.iteration)
+                            rec.note_placeholder, rec.note_known_value, lambda: rec.iteration,
+                            lambda: rec.current_module())
             cuda_shim.install(self.spec, ns.local_world_size, rec)
             cuda_shim.set_device(0)
             memory.install_resize_hook(stream_id)
@@ -111,6 +112,8 @@ class Session:
         self.compiled: Counter[str] = Counter()
         from emulator.capture import compile as inductor
 
+        if self.policy == "emulate":
+            inductor.install_user_kernels(rec)  # the program's own Triton kernels, compiled or not
         if self.policy == "emulate" and inductor.available():
             inductor.install(rec, self.compiled)
             return

@@ -74,6 +74,12 @@ class Shadows:
             self.pending[key] = fetch
             weakref.finalize(t.untyped_storage(), self.pending.pop, key, None)
 
+    def forget(self, t: FakeTensor) -> None:
+        """`t`'s storage was written by something that has no CPU replay (a Triton kernel): no values."""
+        key = t.untyped_storage()._cdata
+        self.storages.pop(key, None)
+        self.pending.pop(key, None)
+
     def after(self, func, args: tuple, kwargs: dict, out, inputs: list | None = None, resolve: bool = False) -> None:
         """Derive the values of `out` from the call's inputs (or drop what the call overwrote).
 

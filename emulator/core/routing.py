@@ -16,6 +16,10 @@ prediction name it.
                    iteration (or {"layers": [...]}); call c uses entry c mod len(list), scaled to the
                    tokens routed. A real run's per-layer expert counts fit as they are.
 
+Router call c is the c-th router the emulator sees (a router is its module, numbered in the order first
+seen: a layer's router is the same call in every iteration, and again when activation checkpointing
+recomputes its block in backward or another micro-batch passes it; `emulator.capture.routing`).
+
 Counts are whole tokens (largest remainders). A router's k choices per token go to distinct
 experts, so no expert gets more than one choice per token (`cap`); what a cap cuts goes to the
 others by their shares.
@@ -30,6 +34,9 @@ from pathlib import Path
 
 POLICIES = ("balanced", "zipf:S", "trace:FILE")
 DEFAULT = "balanced"
+# the rank summary's `placeholders` kinds that the policy decided (emulator.capture.routing): a run with
+# any of them names its policy
+POLICY_PLACEHOLDERS = frozenset({"topk", "bincount", "histc"})
 
 
 class RoutingPolicyError(ValueError):

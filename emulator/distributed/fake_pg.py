@@ -97,6 +97,12 @@ def _install_group_log(rank: int, world_size: int, fake: bool = True) -> None:
         dm.split_group = split_group
 
 
+class _NoNcclBackend:
+    """What `distributed_c10d.ProcessGroupNCCL` names on a build without NCCL once `is_nccl_available()`
+    says True: a class no backend is an instance of (the emulated groups are fake groups). The
+    program's `torch.distributed` keeps not having the name, as on this build."""
+
+
 _recorder = None  # the rank's recorder, for the Python that stands in for C++ (the DDP hook below)
 
 
@@ -105,6 +111,10 @@ def install(rank: int, world_size: int, recorder=None, real: bool = False) -> No
     _install_group_log(rank, world_size, fake=not real)
     dist.is_nccl_available = lambda: True
     c10d.is_nccl_available = lambda: True
+    if not hasattr(c10d, "ProcessGroupNCCL"):
+        # torch's own code then asks `isinstance(backend, ProcessGroupNCCL)`, a name a CPU build leaves
+        # undefined (Inductor's cache hits extend every NCCL group's timeout): no group here is one
+        c10d.ProcessGroupNCCL = _NoNcclBackend
     original = c10d.init_process_group
 
     @functools.wraps(original)

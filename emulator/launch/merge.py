@@ -9,6 +9,7 @@ from rich.console import Console
 
 from emulator.core.exitcodes import Exit
 from emulator.core.hardware import UnknownGPUError, get_gpu
+from emulator.core.routing import POLICY_PLACEHOLDERS
 from emulator.launch.job import EmulationJob
 from emulator.launch.pool import RankRun, gib, how_it_ended, ranges
 from emulator.trace.summaries import EmulationSummary
@@ -125,7 +126,7 @@ def report(summary: EmulationSummary, console: Console) -> None:
     if summary.eager_fallbacks:
         console.print(f"[yellow]torch.compile ran eagerly (Triton is not installed, or MAYA_COMPILE=eager): "
                       f"{summary.eager_fallbacks}; the trace holds the unfused ops[/yellow]")
-    if {"topk", "bincount"} & set(summary.placeholders):
+    if POLICY_PLACEHOLDERS & set(summary.placeholders):
         console.print(f"router choices and token counts follow the routing policy {summary.routing or 'balanced'} "
                       "(--routing)")
     mismatches = (summary.dedup or {}).get("mismatches")

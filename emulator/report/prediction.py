@@ -36,6 +36,7 @@ from emulator.collate.hangs import HangReport
 from emulator.collate.job import CollatedJob
 from emulator.core.ops import numel, op_family
 from emulator.core.roofline import TENSOR_CORE_FAMILIES, row_dtype
+from emulator.core.routing import POLICY_PLACEHOLDERS
 from emulator.core.variants import describe_variant
 from emulator.estimate.durations import Estimates
 from emulator.simulate.analysis import Timing
@@ -249,7 +250,7 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
         steady_iterations=steady,
         host_speed=dict(host_speed or {}),
         gpu_variant=describe_variant(spec),
-        routing=(summary.routing or "balanced") if {"topk", "bincount"} & set(summary.placeholders) else None,
+        routing=(summary.routing or "balanced") if POLICY_PLACEHOLDERS & set(summary.placeholders) else None,
         unsupported_ops=dict(summary.unsupported_ops),
     )
     if summary.ok is False and not pred.oom:

@@ -1,6 +1,7 @@
 """Write the local assets torchtitan's llama3 configs read, so it runs offline: `python torchtitan_assets.py DIR`.
 
-torchtitan 0.3.0 wheels ship no tokenizer and no test dataset, but `llama3_debugmodel` reads
+torchtitan wheels ship no tokenizer and no test dataset, but their defaults (0.2.2: `--model.name llama3
+--model.flavor debugmodel`; 0.3.0: `--module llama3 --config llama3_debugmodel`) read
 `./tests/assets/tokenizer` (tokenizer.json + tokenizer_config.json) and the dataset `c4_test`
 (`load_dataset("tests/assets/c4_test")`), both relative to the working directory. This writes:
   DIR/tests/assets/tokenizer/   a byte-level BPE (vocab 2000 < the debug model's 2048) with

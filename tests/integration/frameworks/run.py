@@ -39,7 +39,8 @@ class Emulation:
 
 
 def _env() -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1")
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) / "maya-test-inductor"))
     return env
 
@@ -47,9 +48,20 @@ def _env() -> dict:
 def emulate(program: str, out: Path, *args: str, nproc: int = 1, flags: tuple[str, ...] = (),
             timeout: float = 600) -> Emulation:
     """`maya emulate --gpu h100 --nproc-per-node N FLAGS PROGRAM ARGS` from the programs' folder."""
+    return _emulate([str(PROGRAMS / program), *args], out, PROGRAMS, nproc, flags, timeout)
+
+
+def emulate_module(module: str, out: Path, *args: str, cwd: Path, nproc: int = 1, flags: tuple[str, ...] = (),
+                   timeout: float = 600) -> Emulation:
+    """`maya emulate --gpu h100 --nproc-per-node N FLAGS -m MODULE ARGS` from `cwd` (an installed trainer)."""
+    return _emulate(["-m", module, *args], out, cwd, nproc, flags, timeout)
+
+
+def _emulate(program: list[str], out: Path, cwd: Path, nproc: int, flags: tuple[str, ...],
+             timeout: float) -> Emulation:
     cmd = [sys.executable, "-m", "emulator.cli", "emulate", "--gpu", "h100", "--nproc-per-node", str(nproc),
-           "--out", str(out), *flags, str(PROGRAMS / program), *args]
-    proc = subprocess.run(cmd, cwd=PROGRAMS, env=_env(), capture_output=True, text=True, timeout=timeout)
+           "--out", str(out), *flags, *program]
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
     summary = json.loads((out / "emulation.json").read_text()) if (out / "emulation.json").exists() else {}
     return Emulation(proc.returncode, proc.stdout + proc.stderr, out, summary)
 
