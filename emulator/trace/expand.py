@@ -18,9 +18,9 @@ def expand_rank(rep_table: pa.Table, rep_rank: int, rank: int, groups: list[dict
     """`rep_rank`'s trace rows rewritten as `rank`'s (rank, group, group_ranks and peer columns).
 
     A collective on group G of partition P becomes the same collective on the group of P that
-    holds `rank`; a p2p peer at position i of the smallest group holding both ends becomes the
-    member at position i of the corresponding group (else the peer is shifted by the rank
-    offset, modulo the world). Groups holding every rank are left as they are. `parts`: the
+    holds `rank`; a p2p peer at offset k from `rep_rank` in the smallest group holding both ends
+    becomes the member at offset k from `rank` in the corresponding group (else the peer is shifted
+    by the rank offset, modulo the world). Groups holding every rank are left as they are. `parts`: the
     groups' partitions, when the caller expands many ranks of one job (they are the same for all).
     """
     if rank == rep_rank:
@@ -67,7 +67,11 @@ def expand_rank(rep_table: pa.Table, rep_rank: int, rank: int, groups: list[dict
                     best = p
         if best is None:
             return (peer + rank - rep_rank) % world_size
-        return best.groups[best.group_of(rank)][best.position(peer)]
+        # the peer keeps its offset from the rank along the group: a pipeline's interior stages may share
+        # one representative (roles.boundary_position), and stage s's neighbours are s - 1 and s + 1
+        target = best.groups[best.group_of(rank)]
+        pos = best.position(peer) - best.position(rep_rank) + best.position(rank)
+        return target[pos] if 0 <= pos < len(target) else target[best.position(peer)]
 
     group_col = rep_table.column("group").to_pylist() if "group" in rep_table.column_names else None
     ranks_col = rep_table.column("group_ranks").to_pylist() if "group_ranks" in rep_table.column_names else None

@@ -158,6 +158,18 @@ def test_expand_rank_without_groups_shifts_peers():
     assert out.column("group_ranks").to_pylist() == [[0, 1, 2, 3]]
 
 
+def test_an_interior_stage_expanded_as_another_interior_stage_talks_to_its_own_neighbours():
+    # PP=4 x DP=2: pipelines [0,2,4,6] and [1,3,5,7]; interior stages 1 and 2 share one representative
+    # (rank 4, stage 2) when the two interior probes hash equal; rank 3 is stage 1 of the other pipeline
+    groups = [{"name": "0", "ranks": list(range(8))}, {"name": "pp0", "ranks": [0, 2, 4, 6]},
+              {"name": "pp1", "ranks": [1, 3, 5, 7]}, {"name": "dp0", "ranks": [0, 1]},
+              {"name": "dp1", "ranks": [2, 3]}, {"name": "dp2", "ranks": [4, 5]}, {"name": "dp3", "ranks": [6, 7]}]
+    rep = _rows(4, [dict(kind="p2p", op="c10d::recv_", peer=2, group="0", group_ranks=None),
+                    dict(kind="p2p", op="c10d::send", peer=6, group="0", group_ranks=None)])
+    out = expand_rank(rep, 4, 3, groups, world_size=8)
+    assert out.column("peer").to_pylist() == [1, 5]  # stage 0 and stage 2 of its own pipeline
+
+
 def test_work_hash_ignores_device_index_and_scalar_operands_only():
     def table(args, shape=(4, 4)):
         return _rows(0, [dict(kind="kernel", op="aten::add", args=args, shapes=[list(shape)], dtypes=["float32"])])
