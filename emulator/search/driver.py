@@ -105,6 +105,13 @@ class SearchResult:
     interrupted: bool = False
     counts: dict = field(default_factory=dict)
 
+    def completed(self) -> SearchResult:
+        """This result, if the search ran to its end; a stopped one (Ctrl-C, SIGTERM) raises KeyboardInterrupt
+        again, so a caller running many searches (`make search-eval`) stops too instead of starting the next."""
+        if self.interrupted:
+            raise KeyboardInterrupt(f"search {self.search_id} was interrupted; its finished trials are cached")
+        return self
+
     def ranked(self) -> list[Entry]:
         ok = [e for e in self.entries if e.value is not None and e.outcome in ("executed", "cached")]
         return sorted(ok, key=lambda e: (e.value, e.row.get("iteration_time_s") or 0.0))

@@ -26,8 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=10, help="seeds per algorithm for the efficiency part")
     a = p.parse_args(argv)
     console = Console(width=max(Console().width, 140))
-    run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,
-             ranking=not a.no_ranking, efficiency=not a.no_efficiency, seeds=a.seeds, console=console)
+    try:
+        run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,
+                 ranking=not a.no_ranking, efficiency=not a.no_efficiency, seeds=a.seeds, console=console)
+    except KeyboardInterrupt as e:
+        console.print(f"interrupted: {e or 'stopped'}; a rerun resumes from the cached trials")
+        return 130
     return 0
 
 

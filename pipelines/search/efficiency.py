@@ -41,7 +41,7 @@ def exhaustive(store: Store, console: Console):
     space = load_space(SPACE)
     opts = Options(objective="cost-per-token", algorithm="grid", budget=len(space.feasible()), engine="inline",
                    prune=False)
-    return run_search(space, Program.of(PROGRAM, None, []), opts, store=store, console=console)
+    return run_search(space, Program.of(PROGRAM, None, []), opts, store=store, console=console).completed()
 
 
 def evaluations_to_within(store: Store, algorithm: str, seed: int, optimum: float, budget: int = BUDGET) -> dict:
@@ -50,7 +50,7 @@ def evaluations_to_within(store: Store, algorithm: str, seed: int, optimum: floa
     opts = Options(objective="cost-per-token", algorithm=algorithm, budget=budget, engine="inline", seed=seed)
     s = Search(space, Program.of(PROGRAM, None, []), opts, store=store, evaluate=_not_cached,
                console=Console(file=io.StringIO()))
-    res = run_inline(s)
+    res = run_inline(s).completed()
     best, count, hit = float("inf"), 0, None
     for e in res.entries:
         if e.outcome not in ("executed", "cached"):

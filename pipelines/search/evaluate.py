@@ -70,7 +70,7 @@ def _search(group: Group, store: Store, roofline_only: bool, console: Console):
     space = parse_space(group.space_toml(), path=f"vtrain:{group.name}")
     opts = Options(objective="time", algorithm="grid", budget=len(space.feasible()), engine="inline",
                    roofline_only=roofline_only)
-    res = run_search(space, Program.of(PROGRAM, None, []), opts, store=store, console=console)
+    res = run_search(space, Program.of(PROGRAM, None, []), opts, store=store, console=console).completed()
     return res, {e.key: (e.row or {}).get("iteration_time_s") if e.status == "ok" else None for e in res.entries}
 
 

@@ -57,6 +57,10 @@ def test_ctrl_c_keeps_finished_trials_and_a_rerun_resumes(tmp_path):
     rest = FakeEvaluator()
     res2 = run_inline(_search(store, rest))
     assert not res2.interrupted and res2.counts["cached"] == 5 and res2.best.key == BEST
+    # a caller running search after search (make search-eval) stops at the interrupted one
+    with pytest.raises(KeyboardInterrupt, match="interrupted"):
+        res.completed()
+    assert res2.completed() is res2
     full = FakeEvaluator()
     run_inline(_search(Store(tmp_path / "fresh"), full))
     assert len(rest.calls) + 5 == len(full.calls)
