@@ -19,9 +19,8 @@ import pyarrow as pa
 
 from emulator.collate.hangs import HangError, check_matching
 from emulator.core.ops import collective_name, is_view_op
-from emulator.trace.expand import expand_rank
+from emulator.trace.expand import GroupIndex, RankMapping
 from emulator.trace.io import read_summary, read_traces
-from emulator.trace.partitions import partitions
 from emulator.trace.schema import COMM_KINDS, DEVICE_KINDS, conform
 from emulator.trace.summaries import EmulationSummary
 
@@ -147,17 +146,25 @@ def _own_view(rep: RepTrace) -> RankView:
                     peer={i: rep.peer[i] for i in rows if rep.peer[i] is not None})
 
 
-def _expanded_view(rep: RepTrace, rank: int, groups, world: int, parts=None) -> RankView:
-    """A view of `rep` as `rank`: `expand_rank` rewrites the rank-dependent rows (groups, peers)."""
-    rows = rep.ranked_rows
-    sub = rep.table.take(pa.array(rows, type=pa.int64())) if rows else rep.table.slice(0, 0)
-    exp = expand_rank(sub, rep.rank, rank, groups, world_size=world, parts=parts)
-    g = exp.column("group").to_pylist()
-    gr = exp.column("group_ranks").to_pylist()
-    pe = exp.column("peer").to_pylist()
-    return RankView(rank=rank, rep=rep, group=dict(zip(rows, g, strict=True)),
-                    group_ranks={i: tuple(x) for i, x in zip(rows, gr, strict=True) if x is not None},
-                    peer={i: p for i, p in zip(rows, pe, strict=True) if p is not None})
+def _expanded_view(rep: RepTrace, mapping: RankMapping) -> RankView:
+    """A view of `rep` as `mapping.rank`: its rank-dependent rows (groups, peers) rewritten by the rules of
+    `trace.expand.expand_rank`, straight from the indexed columns, each distinct group and peer mapped once."""
+    by_name = mapping.index.by_name
+    group, group_ranks, peer = {}, {}, {}
+    for i in rep.ranked_rows:
+        name, ranks = rep.group[i], rep.group_ranks[i]
+        known = ranks if ranks is not None else (by_name.get(str(name)) if name is not None else None)
+        if known is not None:
+            new_name, new_ranks = mapping.group(name, known)
+            group[i] = new_name
+            if ranks is not None:
+                group_ranks[i] = new_ranks
+        else:
+            group[i] = name
+        p = rep.peer[i]
+        if p is not None:
+            peer[i] = mapping.peer(int(p))
+    return RankView(rank=mapping.rank, rep=rep, group=group, group_ranks=group_ranks, peer=peer)
 
 
 def layout(summary: EmulationSummary, nnodes: int | None, nproc_per_node: int | None) -> tuple[int, int, int]:
@@ -195,7 +202,7 @@ def collate_tables(tables: dict[int, pa.Table], summary: EmulationSummary, nnode
     rank_map = {int(k): int(v) for k, v in summary.rank_map.items()}
     groups = summary.groups
     views = []
-    parts = partitions(groups, world) if any(rank_map.get(r, r) != r for r in range(world)) else None
+    index = GroupIndex(groups, world) if any(rank_map.get(r, r) != r for r in range(world)) else None
     for rank in range(world):
         # rank_map names the trace each rank uses: an emulated rank that did its role's work shares the
         # representative's (emulator.launch.roles), so its own trace is not used
@@ -205,7 +212,7 @@ def collate_tables(tables: dict[int, pa.Table], summary: EmulationSummary, nnode
         if rep_rank is None or rep_rank not in reps:
             raise CollateError(f"rank {rank} has no trace and no representative in emulation.json rank_map")
         rep = reps[rep_rank]
-        views.append(_own_view(rep) if rep_rank == rank else _expanded_view(rep, rank, groups, world, parts))
+        views.append(_own_view(rep) if rep_rank == rank else _expanded_view(rep, RankMapping(index, rep.rank, rank)))
     used = {v.rep.rank for v in views}
     reps = {r: rep for r, rep in reps.items() if r in used}  # a trace no rank uses is not estimated
     job = CollatedJob(out=out, summary=summary, world_size=world, nnodes=nn, nproc_per_node=npn, reps=reps, ranks=views)

@@ -41,12 +41,16 @@ def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], 
         return None
     rep_set = set(reps)
     sig_cache: dict = {}
+    sig_by_id: dict[int, frozenset] = {}  # expanded ranks share their group tuples: skip hashing them per row
 
     def signature(members) -> frozenset:
-        key = tuple(members)
-        s = sig_cache.get(key)
+        s = sig_by_id.get(id(members))  # every `members` is held by a rank view for the whole check
         if s is None:
-            s = sig_cache[key] = frozenset(cls[m] for m in members)
+            key = tuple(members)
+            s = sig_cache.get(key)
+            if s is None:
+                s = sig_cache[key] = frozenset(cls[m] for m in members)
+            sig_by_id[id(members)] = s
         return s
 
     everyone = tuple(range(world))

@@ -151,6 +151,31 @@ def test_expand_rank_maps_groups_and_peers_of_a_2d_mesh():
     assert expand_rank(rep, 1, 1, groups) is rep
 
 
+def test_collate_reads_a_deduplicated_rank_as_expand_rank_rewrites_it():
+    from emulator.collate.job import collate_tables
+    from emulator.trace.summaries import EmulationSummary
+
+    groups = mesh_groups((2, 4))  # dp=2 x pp=4
+    g = {tuple(x["ranks"]): x["name"] for x in groups}
+    rep = _rows(1, [
+        dict(group=g[(0, 1, 2, 3)], group_ranks=[0, 1, 2, 3], kind="p2p", op="c10d::send", peer=2),
+        dict(group=g[(1, 5)], group_ranks=[1, 5]),
+        dict(group=g[(1, 5)], group_ranks=None),  # a collective whose ranks come from the group's name
+        dict(group="0", group_ranks=list(range(8))),
+    ])
+    summary = EmulationSummary(world_size=8, nnodes=1, nproc_per_node=8, gpu="h100", groups=groups,
+                               rank_map={str(r): 1 for r in range(8)})
+    job = collate_tables({1: rep}, summary, check=False)
+    for rank in range(8):
+        out = expand_rank(rep, 1, rank, groups)
+        view = job.ranks[rank]
+        rows = view.rep.ranked_rows
+        assert [view.group[i] for i in rows] == out.column("group").to_pylist()
+        assert [view.group_ranks.get(i) for i in rows] == [tuple(x) if x else None
+                                                           for x in out.column("group_ranks").to_pylist()]
+        assert [view.peer.get(i) for i in rows] == out.column("peer").to_pylist()
+
+
 def test_expand_rank_without_groups_shifts_peers():
     rep = _rows(0, [dict(kind="p2p", op="c10d::send", peer=1, group="0", group_ranks=[0, 1, 2, 3])])
     out = expand_rank(rep, 0, 3, [{"name": "0", "ranks": [0, 1, 2, 3]}])
