@@ -185,7 +185,8 @@ class EmulationSummary:
         return outcome(interrupted=self.interrupted, oom=self.oom, failed=not (self.ok and self.complete))
 
     def representative(self, rank: int) -> int:
-        """The emulated rank whose trace `rank` uses (itself when it was emulated)."""
+        """The emulated rank whose trace `rank` uses (itself, or for an emulated rank that did its role's
+        work, the role's representative: emulator.launch.roles)."""
         return int(self.rank_map.get(str(rank), rank))
 
     def per_rank(self, table: dict[str, int]) -> list[int | None]:

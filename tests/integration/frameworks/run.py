@@ -29,8 +29,12 @@ class Emulation:
         return read_rank_trace(self.out, rep).to_pandas()
 
     def log(self, rank: int = 0) -> str:
-        """What the program printed on rank `rank` (OUT/logs/rank=R.log)."""
-        path = rank_log_path(self.out, int(self.summary.get("rank_map", {}).get(str(rank), rank)))
+        """What the program printed on rank `rank` (OUT/logs/rank=R.log); a rank that was not emulated
+        printed what its representative did. An emulated rank keeps its log even when it shares the
+        representative's trace."""
+        path = rank_log_path(self.out, rank)
+        if not path.exists():
+            path = rank_log_path(self.out, int(self.summary.get("rank_map", {}).get(str(rank), rank)))
         return path.read_text(errors="replace") if path.exists() else ""
 
     def steady(self, rank: int = 0, iteration: int = 1):
