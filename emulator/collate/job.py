@@ -209,7 +209,7 @@ def collate_tables(tables: dict[int, pa.Table], summary: EmulationSummary, nnode
         rep_rank = rank_map.get(rank, rank)
         if rep_rank not in reps and rank in reps:
             rep_rank = rank
-        if rep_rank is None or rep_rank not in reps:
+        if rep_rank not in reps:
             raise CollateError(f"rank {rank} has no trace and no representative in emulation.json rank_map")
         rep = reps[rep_rank]
         views.append(_own_view(rep) if rep_rank == rank else _expanded_view(rep, RankMapping(index, rep.rank, rank)))

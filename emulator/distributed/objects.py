@@ -53,10 +53,11 @@ class Exchange:
         """Write the channel's next value, and under `relative` (its group-relative name) for stand-ins."""
         paths = [self._key(channel)] + ([self._key(relative)] if relative else [])
         self.root.mkdir(parents=True, exist_ok=True)  # only programs that exchange objects get the folder
+        data = pickle.dumps(value)
         for path in paths:
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp.")
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(value, f)
+                f.write(data)
             os.replace(tmp, path)
 
     def get(self, channel: str, from_rank: int, relative: str | None = None):
@@ -170,13 +171,13 @@ def install(out: Path, rank: int) -> Exchange:
         pg = group or c10d._get_default_group()
         ranks = c10d.get_process_group_ranks(pg)
         name = _group_name(group)
-        ex.put(f"ag.{name}.{rank}", obj, _relative("ag", group, rank))
+        ex.put(f"ag.{name}.{rank}", obj, relative_name("ag", ranks, rank))
         try:
             gather_o(object_list, obj, group=group)
         except Exception:  # noqa: BLE001
             pass
         for i, r in enumerate(ranks):
-            object_list[i] = obj if r == rank else ex.get(f"ag.{name}.{r}", r, _relative("ag", group, r))
+            object_list[i] = obj if r == rank else ex.get(f"ag.{name}.{r}", r, relative_name("ag", ranks, r))
 
     for mod in (c10d, dist):
         mod.send_object_list = send_object_list

@@ -133,10 +133,10 @@ def _trace_of(rank: int, rep: int, done: dict[int, RankSummary]) -> int:
     representative's trace rather than keeping its own: then every rank of one role has one trace,
     which is what lets the simulator run each class of ranks once (`emulator.simulate.classes`);
     two traces of the same work differ only in this machine's host-time noise."""
-    if rank not in done or rep == rank:
-        return rep if rank not in done else rank
+    if rank not in done:
+        return rep
     other = done.get(rep)
-    if other is None or (done[rank].ok, done[rank].oom) != (other.ok, other.oom):
+    if rep == rank or other is None or (done[rank].ok, done[rank].oom) != (other.ok, other.oom):
         return rank  # an OOM rank keeps the trace that shows where it ran out
     mine = _hash(done[rank])
     return rep if mine is not None and mine == _hash(other) else rank
