@@ -142,6 +142,7 @@ class Recorder(TorchDispatchMode):
         self.tracker = ModuleStack()
         self._placeholder_now = False
         self._unsupported_now = False
+        self.iteration_hashes: list[str] = []  # the work hash at the end of each iteration
         self.iteration_wall_s: list[float] = []  # emulation speed: wall and CPU seconds per iteration
         self.iteration_cpu_s: list[float] = []
         self._iter_start = (time.perf_counter(), time.process_time())
@@ -253,6 +254,7 @@ class Recorder(TorchDispatchMode):
         """An iteration ended (optimizer step returned, or `emulator.mark_iteration()`)."""
         self.steps += 1
         self.iteration += 1
+        self.iteration_hashes.append(self.rows.work_hash())
         self.tracker.forget_nodes()
         # Works the program never waited for (torch's C++ waits for some) are dropped after a whole iteration
         self.open_works = {k: v for k, v in self.open_works.items() if v[3] >= self.iteration - 1}

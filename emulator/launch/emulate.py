@@ -24,8 +24,32 @@ from emulator.launch.merge import merge, report
 from emulator.launch.pool import PROBE_EXCHANGE_TIMEOUT_S, RankRunner, interrupts
 from emulator.launch.roles import deduplicate, exchange_units
 from emulator.trace.io import write_summary
-from emulator.trace.layout import EMULATION_JSON, EXCHANGE_DIR, PREDICTION_JSON, RANK_FOLDERS, TIMELINE_JSON
+from emulator.trace.layout import (
+    EMULATION_JSON,
+    EXCHANGE_DIR,
+    PREDICTION_JSON,
+    RANK_FOLDERS,
+    TIMELINE_JSON,
+    rank_trace_path,
+)
 from emulator.trace.summaries import EmulationSummary
+
+# How many iterations a dedup probe runs (emulator.launch.roles): the first decides whether a rank's
+# position changes its work. MAYA_PROBE_ITERATIONS=0 emulates probes in full.
+PROBE_ITERATIONS = 1
+PROBE_ITERATIONS_ENV = "MAYA_PROBE_ITERATIONS"
+
+
+def probe_iterations(job: EmulationJob) -> int | None:
+    """Iterations a probe runs, None when that would not be fewer than the job's own."""
+    raw = os.environ.get(PROBE_ITERATIONS_ENV, "").strip()
+    try:
+        n = int(raw) if raw else PROBE_ITERATIONS
+    except ValueError as e:
+        raise BadJob(f"{PROBE_ITERATIONS_ENV} must be a whole number of iterations (0: off), got {raw!r}") from e
+    if n <= 0 or (job.iterations is not None and job.iterations <= n):
+        return None
+    return n
 
 
 def clear_outputs(out: Path) -> None:
@@ -95,6 +119,7 @@ def launch(job: EmulationJob, dedup: bool, jobs: int | None, verify: int, consol
     problem = job.problem()
     if problem:
         raise BadJob(problem)
+    short = probe_iterations(job)
     job.out.mkdir(parents=True, exist_ok=True)
     clear_outputs(job.out)
     t0 = time.perf_counter()
@@ -102,26 +127,29 @@ def launch(job: EmulationJob, dedup: bool, jobs: int | None, verify: int, consol
     interrupted = False
     try:
         with interrupts():
-            rank_map, dedup_info = _run_ranks(job, runner, dedup, verify, console)
+            rank_map, dedup_info = _run_ranks(job, runner, dedup, verify, console, short)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the pool stopped the workers; say so in emulation.json
         interrupted = True
         rank_map, dedup_info = {r: r for r in runner.runs}, None
+    for r in (dedup_info or {}).get("probed", []):  # first iterations only: no rank uses it, none may read it
+        shutil.rmtree(rank_trace_path(job.out, r).parent, ignore_errors=True)
     summary = merge(job, runner.runs, rank_map, time.perf_counter() - t0, mode, dedup_info, interrupted)
     write_summary(job.out, summary)
     report(summary, console)
     return summary
 
 
-def _run_ranks(job: EmulationJob, runner: RankRunner, dedup: bool, verify: int,
-               console: Console) -> tuple[dict[int, int], dict | None]:
-    """Run the ranks the job needs: (every rank -> the emulated rank whose trace it shares, dedup details)."""
+def _run_ranks(job: EmulationJob, runner: RankRunner, dedup: bool, verify: int, console: Console,
+               short: int | None) -> tuple[dict[int, int], dict | None]:
+    """Run the ranks the job needs: (every rank -> the emulated rank whose trace it shares, dedup details);
+    `short`: the iterations a dedup probe runs (None: in full)."""
     world = job.world_size
     dedup_info = None
     if dedup and world > 1 and not job.profile:
         user_timeout = "MAYA_EXCHANGE_TIMEOUT_S" in os.environ
         if not user_timeout:
             runner.env["MAYA_EXCHANGE_TIMEOUT_S"] = str(PROBE_EXCHANGE_TIMEOUT_S)
-        result = deduplicate(world, runner, verify=verify)
+        result = deduplicate(world, runner, verify=verify, probe_iterations=short)
         group = runner.exchange_group() if result is None else None
         if group is not None and 0 in runner.runs and runner.runs[0].summary:
             # The program passes Python objects between ranks (pipelining does, to agree on shapes):
@@ -130,7 +158,8 @@ def _run_ranks(job: EmulationJob, runner: RankRunner, dedup: bool, verify: int,
             console.print(f"[yellow]ranks exchange Python objects over group {group}: emulating the ranks "
                           f"of one such group together, the others reading its objects[/yellow]")
             runner.restart_side_by_side(probe_timeout_set=not user_timeout)
-            result = deduplicate(world, runner, verify=verify, unit_of=units, stand_in=runner.use_stand_ins)
+            result = deduplicate(world, runner, verify=verify, unit_of=units, stand_in=runner.use_stand_ins,
+                                 probe_iterations=short)
         if result is None:
             rank_map = {r: r for r in runner.runs}
         else:

@@ -63,8 +63,9 @@ class EmulationJob:
         spec = GPUS.get(self.gpu)
         return spec.variant_table if spec is not None else None
 
-    def worker_command(self, rank: int) -> list[str]:
-        """`python -m emulator.launch.worker ...` for `rank` (torchrun's environment is set by the worker)."""
+    def worker_command(self, rank: int, iterations: int | None = None) -> list[str]:
+        """`python -m emulator.launch.worker ...` for `rank` (torchrun's environment is set by the worker);
+        `iterations` stops this rank sooner than the job's own limit (a probe, emulator.launch.roles)."""
         cmd = list(self.worker)
         table = self.gpu_table()
         if table is not None:
@@ -72,8 +73,9 @@ class EmulationJob:
         cmd += ["--gpu", self.gpu, "--rank", str(rank), "--world-size", str(self.world_size),
                 "--local-rank", str(rank % self.nproc_per_node), "--local-world-size", str(self.nproc_per_node),
                 "--nnodes", str(self.nnodes), "--node-rank", str(rank // self.nproc_per_node), "--out", str(self.out)]
-        if self.iterations is not None:
-            cmd += ["--iterations", str(self.iterations)]
+        limits = [n for n in (self.iterations, iterations) if n is not None]
+        if limits:
+            cmd += ["--iterations", str(min(limits))]
         if self.routing:
             cmd += ["--routing", self.routing]
         if self.allow_unsupported:

@@ -66,7 +66,9 @@ def merge(job: EmulationJob, runs: dict[int, RankRun], rank_map: dict[int, int],
         gpu_name = get_gpu(job.gpu).name
     except UnknownGPUError:
         gpu_name = job.gpu
-    iterations = [s.iterations for s in summaries.values()]
+    # iterations of the traces ranks use (a dedup probe stopped after its first iterations is not one)
+    used = set(rank_map.values())
+    iterations = [s.iterations for r, s in summaries.items() if r in used]
     return EmulationSummary(
         mode=mode, ok=ok, complete=ok and covered, interrupted=interrupted, script=job.script, module=job.module,
         argv=list(job.argv), gpu=job.gpu, gpu_name=gpu_name, gpu_spec=job.gpu_table(), world_size=world,

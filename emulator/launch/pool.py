@@ -50,6 +50,7 @@ class RankRun:
     wall_s: float
     summary: RankSummary | None  # OUT/ranks/rank=R.json, None if the worker died before writing it
     log: Path
+    probe_iterations: int | None = None  # a dedup probe stopped after its first iterations
 
     @property
     def ended_cleanly(self) -> bool:
@@ -102,10 +103,11 @@ class RankRunner:
         self.env = worker_env(free_port())
         self.stop = False  # set after a failure: later phases do not start
 
-    def __call__(self, ranks: list[int]) -> dict[int, RankSummary | None]:
+    def __call__(self, ranks: list[int], iterations: int | None = None) -> dict[int, RankSummary | None]:
+        """Run `ranks` (each stopped after `iterations` when given: a probe) and return their summaries."""
         if self.stop:
             return {}
-        self._run(ranks)
+        self._run(ranks, iterations)
         return {r: self.runs[r].summary if self.runs[r].ended_cleanly else None
                 for r in ranks if r in self.runs}  # after a failure, later ranks never start
 
@@ -131,7 +133,7 @@ class RankRunner:
                 return m.group(1)
         return None
 
-    def _run(self, ranks: list[int]) -> None:
+    def _run(self, ranks: list[int], iterations: int | None = None) -> None:
         (self.job.out / "logs").mkdir(parents=True, exist_ok=True)
         pending = list(ranks)
         running: dict[int, tuple[subprocess.Popen, float, object]] = {}
@@ -148,8 +150,8 @@ class RankRunner:
                         r = pending.pop(0)
                         fh = open(rank_log_path(self.job.out, r), "wb")  # noqa: SIM115 - closed when the process ends
                         env = self.env if watch is None or r != watch.rank else watch.env(self.env)
-                        proc = subprocess.Popen(self.job.worker_command(r), stdout=fh, stderr=subprocess.STDOUT,
-                                                env=env)
+                        proc = subprocess.Popen(self.job.worker_command(r, iterations), stdout=fh,
+                                                stderr=subprocess.STDOUT, env=env)
                         running[r] = (proc, time.perf_counter(), fh)
                     if watch is not None and watch.rank in running:
                         watch.poll()
@@ -163,14 +165,14 @@ class RankRunner:
                         del running[r]
                         if watch is not None and r == watch.rank:
                             watch.poll(last=True)  # a step reached just before the worker ended
-                        self._finished(r, rc, time.perf_counter() - t0)
+                        self._finished(r, rc, time.perf_counter() - t0, iterations)
                         bar.advance(task)
                     time.sleep(0.02)
             except BaseException:
-                self._stop(running)
+                self._stop(running, iterations)
                 raise
 
-    def _stop(self, running: dict) -> None:
+    def _stop(self, running: dict, iterations: int | None = None) -> None:
         """Stop the running workers (SIGTERM: each writes what it recorded; SIGKILL after the grace) and
         remember how each ended; a second Ctrl-C meanwhile does not cut this short."""
         old = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
@@ -185,17 +187,17 @@ class RankRunner:
                     proc.kill()
                     rc = proc.wait()
                 fh.close()
-                self._finished(r, rc, time.perf_counter() - t0)
+                self._finished(r, rc, time.perf_counter() - t0, iterations)
         finally:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
 
-    def _finished(self, rank: int, rc: int, wall: float) -> None:
+    def _finished(self, rank: int, rc: int, wall: float, iterations: int | None = None) -> None:
         try:
             summary = read_rank_summary(self.job.out, rank)
         except (OSError, ValueError, SummaryError, TypeError):
             summary = None
-        self.runs[rank] = RankRun(rank, rc, wall, summary, rank_log_path(self.job.out, rank))
+        self.runs[rank] = RankRun(rank, rc, wall, summary, rank_log_path(self.job.out, rank), iterations)
         if not self.runs[rank].ended_cleanly:
             self.stop = True
         self.console.print(rank_line(self.runs[rank]))
@@ -271,7 +273,8 @@ def gib(n) -> str:
 def rank_line(run: RankRun) -> str:
     s = run.summary or RankSummary(rank=run.rank)
     if run.returncode == Exit.OK:
-        return (f"  rank {run.rank}: ok, {s.n_events:,} events, {s.iterations} iterations, "
+        probe = " (a probe: its first iterations decide its role)" if run.probe_iterations else ""
+        return (f"  rank {run.rank}: ok, {s.n_events:,} events, {s.iterations} iterations{probe}, "
                 f"peak {gib(s.peak_allocated)} / {gib(s.peak_reserved)} reserved, {run.wall_s:.1f} s")
     if run.returncode == Exit.OOM:
         return f"  [red]rank {run.rank}: out of memory[/red] after {run.wall_s:.1f} s"

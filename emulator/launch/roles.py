@@ -23,6 +23,15 @@ stage, say), so emulating every rank wastes 99 % of the time. How roles are foun
 5. Optionally `verify` K random non-representatives: emulate them and check their hash equals
    their representative's; a mismatch is reported (and the rank keeps its own trace).
 
+Probes can be cut short (`probe_iterations`): a probe then runs only its first iterations and is
+compared with the base's work hash at the end of the same iteration (`RankSummary.iteration_hashes`).
+What makes a position along a partition matter (shard sizes, pipeline stage, TP slice) shows in
+every iteration, the first included, so the first iterations decide; a probed rank that turns out to
+represent a role, or whose prefix differs from its role's, is run again in full. On a DP or FSDP job,
+where the probes do the base's work, this saves all but the first iteration of every probe; along a
+pipeline partition a probe that differs costs its first iterations twice. `verify` still emulates
+whole ranks and compares whole traces.
+
 The partitions themselves are `emulator.trace.partitions`; turning a representative's trace into
 another rank's is `emulator.trace.expand`.
 """
@@ -100,13 +109,15 @@ class DedupResult:
     significant: list[bool]
     mismatches: list[dict]  # verified ranks whose hash differed from their representative's
     boundary: list[bool] = field(default_factory=list)  # significant only at the group ends (see boundary_position)
+    probed: list[int] = field(default_factory=list)  # emulated for their first probe_iterations only
+    probe_iterations: int | None = None
 
     def to_json(self) -> dict:
         boundary = self.boundary or [False] * len(self.partitions)
         return {"partitions": [dict(p.to_json(), significant=s, ends_only=b)
                                for p, s, b in zip(self.partitions, self.significant, boundary, strict=True)],
                 "roles": len(set(self.rank_map.values())), "emulated": len(self.emulated),
-                "mismatches": self.mismatches}
+                "probed": self.probed, "probe_iterations": self.probe_iterations, "mismatches": self.mismatches}
 
 
 def exchange_units(groups: list[dict], world_size: int, group_name: str | None) -> Callable[[int], list[int]]:
@@ -126,6 +137,15 @@ def _hash(summary: RankSummary) -> str | None:
     return summary.work_hash
 
 
+def same_work(a: RankSummary, b: RankSummary, prefix: int | None = None) -> bool:
+    """Equal work hashes; with `prefix`, equal hashes at the end of iteration `prefix` (a rank probed for
+    that many iterations against any other), or equal whole hashes when either never got that far."""
+    if prefix is not None and len(a.iteration_hashes) >= prefix and len(b.iteration_hashes) >= prefix:
+        return a.iteration_hashes[prefix - 1] == b.iteration_hashes[prefix - 1]
+    ha = _hash(a)
+    return ha is not None and ha == _hash(b)
+
+
 def _trace_of(rank: int, rep: int, done: dict[int, RankSummary]) -> int:
     """The trace `rank` uses: its role representative's, unless it was emulated and did other work.
 
@@ -138,13 +158,12 @@ def _trace_of(rank: int, rep: int, done: dict[int, RankSummary]) -> int:
     other = done.get(rep)
     if rep == rank or other is None or (done[rank].ok, done[rank].oom) != (other.ok, other.oom):
         return rank  # an OOM rank keeps the trace that shows where it ran out
-    mine = _hash(done[rank])
-    return rep if mine is not None and mine == _hash(other) else rank
+    return rep if same_work(done[rank], other) else rank
 
 
 def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int = 0,
                 unit_of: Callable[[int], list[int]] | None = None,
-                stand_in: Callable[[], None] | None = None) -> DedupResult | None:
+                stand_in: Callable[[], None] | None = None, probe_iterations: int | None = None) -> DedupResult | None:
     """Drive the phases above. `run_ranks(ranks)` emulates ranks (in parallel) and returns their summaries;
     a missing summary, or one neither ok nor OOM, stops the search (None is returned: the caller reports
     the failure). An OOM rank counts as emulated: its trace up to the failed allocation shows its role.
@@ -156,19 +175,28 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
     objects from the same position of that unit (`emulator.distributed.objects`), and later batches
     are not widened: a 1,024-rank TP x PP x DP job then emulates one pipeline plus its probes,
     instead of one whole pipeline per rank it needs.
+
+    `probe_iterations`: run probes for that many iterations only (`run_ranks(ranks, iterations=N)`; see
+    the module docstring). Not with units that are widened: a unit's ranks must run to the same point.
     """
     done: dict[int, RankSummary] = {}
+    probed: set[int] = set()  # ranks whose run was cut short at probe_iterations
     widen = unit_of is not None
 
-    def run(ranks: list[int]) -> bool:
+    def run(ranks: list[int], iterations: int | None = None) -> bool:
         if widen:
             ranks = [u for r in ranks for u in unit_of(r)]
         todo = [r for r in dict.fromkeys(ranks) if r not in done]
         if not todo:
             return True
-        got = run_ranks(todo)
+        got = run_ranks(todo, iterations=iterations) if iterations else run_ranks(todo)
         done.update({r: s for r, s in got.items() if s is not None})
+        if iterations:
+            probed.update(r for r in todo if r in done and done[r].stopped_by_iterations)
         return all(r in done and (done[r].ok or done[r].oom) for r in todo)
+
+    def same(a: int, b: int) -> bool:
+        return same_work(done[a], done[b], probe_iterations if probed & {a, b} else None)
 
     # Rank 0 often does extra work (logging, checkpoints), so roles are probed around the last rank
     # instead, and rank 0 is always emulated (it keeps its own trace when its work differs).
@@ -180,20 +208,21 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
         widen = False
     if not run([0, base]):
         return None
+    short = probe_iterations if probe_iterations and not widen else None
     parts = partitions(done[0].groups, world_size)
     probe_list = probes(parts, base)
-    if not run([r for _, r in probe_list]):
+    if not run([r for _, r in probe_list], short):
         return None
     significant = [True] * len(parts)
     for i, r in probe_list:
-        significant[i] = _hash(done[r]) != _hash(done[base])
+        significant[i] = not same(r, base)
     boundary = [False] * len(parts)
     inner = [(i, r) for i, r in interior_probes(parts, base, probe_list) if significant[i]]
-    if inner and not run([r for _, r in inner]):
+    if inner and not run([r for _, r in inner], short):
         return None
     first_probe = dict(probe_list)
     for i, r in inner:
-        boundary[i] = _hash(done[r]) == _hash(done[first_probe[i]])
+        boundary[i] = same(r, first_probe[i])
     keys = role_keys(world_size, parts, significant, boundary)
     rep_of_class: dict[tuple, int] = {}
     # Representatives: ranks already emulated first, highest first (again: low ranks are the ones
@@ -203,9 +232,17 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
             rep_of_class.setdefault(keys[r], r)
     for r in range(world_size - 1, 0, -1):
         rep_of_class.setdefault(keys[r], r)
-    if not run(sorted(set(rep_of_class.values()))):
+    reps = sorted(set(rep_of_class.values()))
+    # a probed rank that represents its role, or whose first iterations differ from its role's, needs
+    # its whole trace: run it again in full
+    again = [r for r in sorted(probed) if r in reps or not same(r, rep_of_class[keys[r]])]
+    for r in again:
+        del done[r]
+        probed.discard(r)
+    if not run(sorted(set(reps) | set(again))):
         return None
-    rank_map = {r: _trace_of(r, rep_of_class.get(keys[r], r), done) for r in range(world_size)}
+    rank_map = {r: rep_of_class.get(keys[r], r) if r in probed else _trace_of(r, rep_of_class.get(keys[r], r), done)
+                for r in range(world_size)}
     mismatches: list[dict] = []
     if verify > 0:
         candidates = [r for r in range(world_size) if r not in done]
@@ -216,10 +253,11 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
             return None
         for r in picked:
             rep = rank_map[r]
-            if _hash(done[r]) != _hash(done[rep]):
+            if not same_work(done[r], done[rep]):
                 rank_map[r] = r  # it keeps its own trace
                 mismatches.append({"rank": r, "representative": rep})
     return DedupResult(rank_map=rank_map, emulated=sorted(done), partitions=parts, significant=significant,
-                       mismatches=mismatches, boundary=boundary)
+                       mismatches=mismatches, boundary=boundary, probed=sorted(probed),
+                       probe_iterations=probe_iterations if probed else None)
 
 

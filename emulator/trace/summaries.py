@@ -94,6 +94,9 @@ class RankSummary:
     n_events: int = 0
     event_kinds: dict[str, int] = field(default_factory=dict)
     work_hash: str | None = None  # emulator.trace.workhash: equal for ranks that do the same work
+    # the work hash of the rows up to the end of each iteration: a rank probed for its first iterations
+    # only is compared with its representative at the same point (emulator.launch.roles)
+    iteration_hashes: list[str] = field(default_factory=list)
     groups: list[dict] = field(default_factory=list)  # every process group the program made: {name, ranks}
     unsupported_ops: dict[str, int] = field(default_factory=dict)
     placeholders: dict[str, int] = field(default_factory=dict)

@@ -55,7 +55,9 @@ FAKE_WORKER = textwrap.dedent('''
     write_json(os.path.join(ns.out, "ranks", f"rank={r}.json"), {
         "rank": r, "ok": not (failed or oom), "error": error, "oom": oom,
         "oom_message": "CUDA out of memory. Tried to allocate 2.00 GiB." if oom else None,
-        "peak_allocated": 1000 + r, "peak_reserved": 2048 + r, "iterations": ns.iterations or 2,
+        "peak_allocated": 1000 + r, "peak_reserved": 2048 + r, "iterations": min(ns.iterations or 2, 2),
+        "stopped_by_iterations": (ns.iterations or 2) < 2,
+        "iteration_hashes": [f"{role}-{i}" for i in range(min(ns.iterations or 2, 2))],
         "unsupported_ops": {"aten::foo": 1} if r == 0 else {}, "placeholders": {"item_float": 2},
         "wall_s": 0.1, "work_hash": role, "groups": groups, "n_events": 1, "torch_version": "x", "gpu": ns.gpu})
     print(f"rank {r} done", flush=True)
@@ -105,6 +107,28 @@ def test_dedup_runs_only_distinct_roles(tmp_path, script, worker):
         assert rep in s.ranks_emulated and rep % 2 == r % 2
     assert s.peak_reserved_bytes["5"] == 2048 + s.rank_map["5"]
     assert [p["significant"] for p in s.dedup["partitions"]] == [True, False]
+
+
+def test_probes_run_their_first_iteration_only_and_leave_no_trace(tmp_path, script, worker):
+    out = tmp_path / "out"
+    s = emulate(script, worker, out, "--tp", "2", nproc=4, nnodes=2)  # 8 ranks doing the same work
+    assert s.ok and s.complete and s.iterations_found == 2  # a probe's one iteration is not the job's
+    probed = s.dedup["probed"]
+    assert probed and s.dedup["probe_iterations"] == 1
+    assert set(probed).isdisjoint(emulated_ranks(out))  # their first-iteration traces were removed
+    assert set(probed).isdisjoint(s.rank_map.values())
+    assert all(s.rank_map[str(r)] == 7 for r in probed)
+
+
+def test_probe_iterations_can_be_turned_off_and_bad_values_stop_before_anything_runs(tmp_path, script, worker,
+                                                                                      monkeypatch):
+    monkeypatch.setenv("MAYA_PROBE_ITERATIONS", "0")
+    s = emulate(script, worker, tmp_path / "full", "--tp", "2", nproc=4, nnodes=2)
+    assert s.ok and s.dedup["probed"] == [] and s.dedup["probe_iterations"] is None
+    monkeypatch.setenv("MAYA_PROBE_ITERATIONS", "one")
+    with pytest.raises(BadJob, match="MAYA_PROBE_ITERATIONS"):
+        emulate(script, worker, tmp_path / "bad", nproc=2)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_failing_rank_is_reported_with_its_traceback(tmp_path, script, worker, capsys):

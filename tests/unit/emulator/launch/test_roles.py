@@ -228,6 +228,55 @@ def test_fsdp_world_with_a_padded_last_rank_emulates_the_ends_and_one_interior_r
     assert res.to_json()["partitions"][0]["ends_only"] is True
 
 
+def short_runner(groups, work_of, steps: int = 3):
+    """run_ranks stand-in with iterations: `work_of(rank, iteration)` is what the rank does in that iteration;
+    returns the runner and the (rank, iterations asked) of every run."""
+    ran = []
+
+    def run(ranks, iterations=None):
+        out = {}
+        for r in ranks:
+            ran.append((r, iterations))
+            n = min(iterations or steps, steps)
+            hashes = ["|".join(work_of(r, i) for i in range(k + 1)) for k in range(n)]
+            out[r] = RankSummary(rank=r, ok=True, work_hash=hashes[-1], groups=groups, iterations=n,
+                                 stopped_by_iterations=n < steps, iteration_hashes=hashes)
+        return out
+
+    return run, ran
+
+
+def test_probes_that_do_the_bases_work_run_one_iteration_and_map_to_it():
+    groups = mesh_groups((4, 2))
+    run, ran = short_runner(groups, lambda r, i: "log" if r == 0 else "same")
+    res = deduplicate(8, run, probe_iterations=1)
+    assert sorted(ran) == [(0, None), (5, 1), (6, 1), (7, None)]  # each probe once, for one iteration
+    assert res.probed == [5, 6] and res.rank_map[5] == res.rank_map[6] == 7
+    assert res.rank_map[0] == 0 and set(res.rank_map.values()) == {0, 7}
+
+
+def test_a_probe_that_represents_a_role_is_run_again_in_full():
+    groups = mesh_groups((2, 4))  # dp=2 x pp=4: stage = r % 4
+    run, ran = short_runner(groups, lambda r, i: f"stage{r % 4}")
+    res = deduplicate(8, run, probe_iterations=1)
+    full = {r for r, n in ran if n is None}
+    assert set(res.rank_map.values()) <= full  # every trace a rank uses is a whole one
+    assert {r for r, n in ran if n == 1} - full == set(res.probed)
+    for r in range(8):
+        assert res.rank_map[r] % 4 == r % 4
+
+
+def test_a_probe_is_judged_by_its_first_iterations():
+    # the probe's position shows only from the second iteration on: one probed iteration cannot see it,
+    # two can (--verify, which emulates whole ranks, is the check for such programs)
+    groups = [{"name": "0", "ranks": list(range(4))}]
+    work = lambda r, i: "late" if (r == 2 and i >= 1) else "same"  # noqa: E731
+    run, _ = short_runner(groups, work)
+    assert deduplicate(4, run, probe_iterations=1).rank_map[2] == 3
+    run, _ = short_runner(groups, work)
+    assert deduplicate(4, run, probe_iterations=2).rank_map[2] == 2
+
+
 def test_pipeline_middle_stages_that_differ_are_all_emulated():
     groups = [{"name": "0", "ranks": list(range(4))}]
     run, ran = fake_runner(4, groups, lambda r: f"stage{r}")
