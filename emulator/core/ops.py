@@ -72,6 +72,7 @@ SOFTMAX_LOSS_OPS = frozenset({
     "aten::_log_softmax_backward_data", "aten::nll_loss_forward", "aten::nll_loss_backward",
     "aten::nll_loss2d_forward", "aten::nll_loss2d_backward", "aten::_safe_softmax",
     "aten::cross_entropy_loss", "aten::mse_loss", "aten::mse_loss_backward",
+    "aten::_masked_softmax", "aten::_masked_softmax_backward",
 })
 EMBEDDING_OPS = frozenset({
     "aten::embedding", "aten::embedding_dense_backward", "aten::embedding_backward",

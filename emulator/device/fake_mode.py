@@ -11,6 +11,8 @@ Why each piece exists (all verified on torch 2.13 CPU):
 - Data-dependent results (`.item()`, `nonzero`, boolean masks, `unique`) have no value on a
   fake device. They get documented placeholders: scalars read as 0 / 0.0 / False, and
   dynamic-size outputs take their upper bound (every element selected). Each use is counted.
+- Ops torch ships without a fake kernel whose output is shaped like their input (the fused masked
+  softmax) get one here.
 """
 
 from __future__ import annotations
@@ -84,6 +86,13 @@ def _pin_memory_copy(fake_mode, func, arg, *rest, **kwargs):
         return torch.empty_like(arg)
 
 
+def _like_first_input(fake_mode, func, arg, *rest, **kwargs):
+    # one output of the first input's shape and dtype, and no fake kernel in torch: the fused masked
+    # softmax (nn.MultiheadAttention's fast path, Megatron-style causal softmax) and its backward
+    with fake_mode:
+        return torch.empty_like(arg, memory_format=torch.contiguous_format)
+
+
 def _install_placeholders() -> None:
     table = fake_impls.op_implementations_dict
     table[aten._local_scalar_dense.default] = _scalar_placeholder
@@ -92,6 +101,8 @@ def _install_placeholders() -> None:
     table[aten.masked_select.default] = _masked_select_upper_bound
     table[aten._unique2.default] = _unique_upper_bound
     table[aten._pin_memory.default] = _pin_memory_copy
+    table[aten._masked_softmax.default] = _like_first_input
+    table[aten._masked_softmax_backward.default] = _like_first_input
 
 
 def _install_foreach() -> None:

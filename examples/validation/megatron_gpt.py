@@ -48,6 +48,27 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 # ----------------------------------------------------------------------------- model
+class CausalSoftmax(torch.autograd.Function):
+    """Megatron's fused causal softmax (`ScaledUpperTriangMaskedSoftmax`, used for fp16/bf16 scores):
+    one kernel forward (mask and softmax together) and one backward, rather than a masked_fill that
+    copies the whole score tensor, a softmax, and the masked_fill's own backward. torch's
+    `_masked_softmax` is that one-kernel forward; a masked softmax's backward is a plain softmax
+    backward (masked positions have probability 0, so their gradient is 0). Under maya it is one
+    kernel row at any length, as Megatron's is up to 4,096 keys; on a GPU, torch's own kernel covers
+    rows of up to 1,024 keys and runs masked_fill + softmax beyond."""
+
+    @staticmethod
+    def forward(ctx, scores, masked_out):
+        probs = torch._masked_softmax(scores, masked_out, -1, 0)  # mask type 0: one (seq, seq) mask
+        ctx.save_for_backward(probs)
+        return probs
+
+    @staticmethod
+    def backward(ctx, grad):
+        (probs,) = ctx.saved_tensors
+        return torch._softmax_backward_data(grad, probs, -1, probs.dtype), None
+
+
 class Attention(nn.Module):
     def __init__(self, a, tp_group, tp: int):
         super().__init__()
@@ -61,6 +82,7 @@ class Attention(nn.Module):
         self.half_softmax = a.dtype in ("fp16", "bf16")
         if self.eager:
             self.register_buffer("causal", torch.ones(a.seq, a.seq, dtype=torch.bool).tril(), persistent=False)
+            self.register_buffer("future", ~self.causal, persistent=False)  # the positions a token may not see
 
     def forward(self, x):
         b, s, _ = x.shape
@@ -68,9 +90,8 @@ class Attention(nn.Module):
         drop = self.dropout if self.training else 0.0
         if self.eager and self.half_softmax:  # Megatron with fp16/bf16: scores stay in half precision
             att = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(-2, -1)
-            att = att.masked_fill(~self.causal[:s, :s], float("-inf"))
             with torch.autocast(x.device.type, enabled=False):  # autocast would run softmax in fp32
-                att = att.softmax(dim=-1)
+                att = CausalSoftmax.apply(att, self.future[:s, :s])
             y = F.dropout(att, drop, self.training) @ v
         elif self.eager:  # what GPT-2 implementations did before fused attention: matmul, mask, softmax, matmul
             att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)

@@ -40,6 +40,18 @@ def test_reference_uses_the_emulator_op_signature():
     assert bmm["shapes"][0][2] == bmm["shapes"][1][1]  # N is the reduction dim in NeuSight's bmm
 
 
+def test_vidur_adds_are_one_add_kernel_each():
+    # phi-2's "add" timer covers attention + MLP + residual (two kernels): it is not an aten::add row
+    vidur = load_reference(["vidur_compute"], gpu="a100-80gb")
+    adds = vidur[vidur["op"] == "aten::add"]
+    assert len(adds) and not adds["provenance"].str.contains("phi-2").any()
+    assert vidur["provenance"].str.contains("phi-2").any()  # its other ops stay
+    numel = adds["shapes"].map(lambda s: int(s[0][0]) * int(s[0][1]))
+    big = adds[numel > 2**23]
+    bw = 3 * 2 * numel[big.index] / big["duration_s"]  # two fp16 reads and one write
+    assert bw.min() > 1.0e12  # an A100-80GB add moves more than 1 TB/s on tensors past its L2
+
+
 def _trace_row(meas: pd.Series) -> dict:
     """The same signature as the emulator writes it: list columns as JSON, plus trace-only columns."""
     row = {c: None for c in TRACE_SCHEMA.names}

@@ -80,3 +80,30 @@ def test_half_params_moves_half_precision_bytes_like_megatron(tmp_path):
     step = t[(t.phase == "optimizer") & t.op.str.startswith("aten::_foreach_")]
     assert len(step) > 0 and all(set(d) == {"float32"} for d in step["dtypes"] if d is not None and len(d))
     assert json.loads((tmp_path / "emulation.json").read_text())["ok"]
+    # Megatron's fused causal softmax: one kernel each way per layer, no masked_fill of the scores (the
+    # vocab-parallel embedding and loss still mask out-of-range tokens, as Megatron's do)
+    attn = t[t.module.fillna("").str.contains(r"\.attn")]
+    assert (attn.op == "aten::_masked_softmax").sum() == 2 and (attn.op == "aten::_softmax_backward_data").sum() == 2
+    assert not attn.op.isin(["aten::masked_fill", "aten::masked_fill_"]).any()
+
+
+def test_the_fused_causal_softmax_matches_masked_fill_and_softmax():
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("megatron_gpt", PROGRAM)
+    prog = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(PROGRAM.parent))  # it imports tensor_parallel from its folder
+    try:
+        spec.loader.exec_module(prog)
+    finally:
+        sys.path.remove(str(PROGRAM.parent))
+    scores = torch.randn(2, 3, 16, 16, dtype=torch.float64, requires_grad=True)
+    future = ~torch.ones(16, 16, dtype=torch.bool).tril()
+    ref = scores.masked_fill(future, float("-inf")).softmax(-1)
+    grad = torch.randn_like(ref)
+    (g_ref,) = torch.autograd.grad(ref, scores, grad)
+    out = prog.CausalSoftmax.apply(scores, future)
+    (g_out,) = torch.autograd.grad(out, scores, grad)
+    assert torch.allclose(out, ref) and torch.allclose(g_out, g_ref)
