@@ -129,7 +129,9 @@ def exchange_units(groups: list[dict], world_size: int, group_name: str | None) 
     return lambda r: list(range(world_size))
 
 
-RunRanks = Callable[[list[int]], dict[int, RankSummary | None]]  # runs ranks; their summaries (None: failed)
+# runs ranks; their summaries (None: failed). With probe_iterations it is also called as
+# run_ranks(ranks, iterations=N), each rank stopped after N iterations.
+RunRanks = Callable[..., dict[int, RankSummary | None]]
 
 
 def _hash(summary: RankSummary) -> str | None:
@@ -241,8 +243,10 @@ def deduplicate(world_size: int, run_ranks: RunRanks, verify: int = 0, seed: int
         probed.discard(r)
     if not run(sorted(set(reps) | set(again))):
         return None
-    rank_map = {r: rep_of_class.get(keys[r], r) if r in probed else _trace_of(r, rep_of_class.get(keys[r], r), done)
-                for r in range(world_size)}
+    rank_map = {}
+    for r in range(world_size):
+        rep = rep_of_class.get(keys[r], r)
+        rank_map[r] = rep if r in probed else _trace_of(r, rep, done)  # a probed rank's own trace is partial
     mismatches: list[dict] = []
     if verify > 0:
         candidates = [r for r in range(world_size) if r not in done]
