@@ -114,9 +114,13 @@ def available() -> bool:
 def install(rec, counts: Counter) -> None:
     """Replace torch.compile by an Inductor compile whose kernels `rec` records; `counts` gets one entry per
     compiled function (`torch.compile`) and per mode asked for (`mode=<mode>`)."""
+    from torch._inductor import config
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     FakeTensorMode.avoid_device_init = property(lambda self: True)
+    # Inductor's compile workers are other processes, where Triton finds no GPU driver (the emulated one is
+    # this process's): every compile here, whichever backend asks for it, stays in-process
+    config.compile_threads = 1
     _refresh_dynamo_device_interface()
     _install_triton_stand_ins(rec)
     original = torch.compile
@@ -171,12 +175,12 @@ def install(rec, counts: Counter) -> None:
 
 
 def _inductor_recorded(rec, options: dict, gm, example_inputs):
-    from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
 
     user = {k: v for k, v in options.items() if k not in _INDUCTOR_CONFIG}  # the program's, except what needs a GPU
-    with config.patch({**user, **_INDUCTOR_CONFIG}):
-        compiled = compile_fx(gm, example_inputs)
+    # as config_patches, not a `with config.patch`: AOTAutograd compiles the backward graph at the first
+    # backward call, after this returns, and Inductor re-applies config_patches there
+    compiled = compile_fx(gm, example_inputs, config_patches={**user, **_INDUCTOR_CONFIG})
 
     def run(*args):
         # the compiled graph runs under the recorder (the caller took it off the stack), in its place

@@ -55,3 +55,12 @@ def test_compile_modes_are_accepted(tmp_path, compiled, mode):
     run = emulate("compiled_gpt.py", tmp_path / mode, "--mode", mode)
     assert run.rc == 0 and run.summary["ok"], ok(run)
     assert len(_kernels(run)) == len(_kernels(compiled))  # no autotuning, no CUDA-graph trees: the same plan
+
+
+def test_a_ready_compile_worker_pool_leaves_every_compile_in_process(tmp_path, compiled):
+    # Inductor sends kernels to its worker processes once their pool is ready (soon after start on a machine
+    # with cores to spare); the emulated GPU exists only in the emulating process, and the backward graph
+    # compiles at the first backward call, outside the forward's compile
+    run = emulate("compiled_gpt.py", tmp_path / "pool", "--ready-compile-pool")
+    assert run.rc == 0 and run.summary["ok"], ok(run)
+    assert len(_kernels(run)) == len(_kernels(compiled))

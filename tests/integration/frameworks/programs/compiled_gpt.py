@@ -8,7 +8,17 @@ p = argparse.ArgumentParser()
 p.add_argument("--mode", default=None, help="torch.compile mode (default, reduce-overhead, max-autotune)")
 p.add_argument("--eager", action="store_true", help="no torch.compile")
 p.add_argument("--steps", type=int, default=3)
+p.add_argument("--ready-compile-pool", action="store_true",
+               help="start Inductor's compile-worker pool and wait until it is ready, as it is on a many-core "
+                    "machine by the time a backward graph compiles")
 args = p.parse_args()
+
+if args.ready_compile_pool:
+    from torch._inductor import config
+    from torch._inductor.async_compile import AsyncCompile
+
+    with config.patch(compile_threads=2):
+        AsyncCompile.wait_pool_ready()
 
 model = GPT().cuda()
 if not args.eager:
