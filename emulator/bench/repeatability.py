@@ -1,24 +1,44 @@
 """How much the same prediction moves from run to run on this machine: the spread over repeated emulations.
 
-One host-bound program (GPT-2 small's shape at width 64: the step is the host's Python) and one
-device-bound one (GPT-2 small, batch 8 x 1024, bf16: the step is the kernels'), each emulated and
-simulated `runs` times on the h100 target with the roofline fallback (no predictors needed: the
-spread comes from the host gaps, which the predictors do not touch). Spread = max / min - 1 of the
-predicted iteration time; the target is 3%.
+One host-bound program (GPT-2 small's shape at width 64: the step is the host's Python), one
+device-bound one (GPT-2 small, batch 8 x 1024, bf16: the step is the kernels'), and a host-bound
+multi-rank one (the Megatron-style validation program of vtrain-single-0461 on 4 ranks with TP 2:
+two full ranks and two probes share this machine's cores, as most predictions do), each emulated
+and simulated `runs` times with the roofline fallback (no predictors needed: the spread comes from
+the host gaps, which the predictors do not touch). Spread = max / min - 1 of the predicted
+iteration time; the target is 3%. `cpu_s_spread` is the spread of the steady iterations' whole
+process CPU time (program and emulator, the same work every run): how much the machine itself
+moved under the same work.
 """
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.bench.emulation import EXAMPLES
 from emulator.launch.emulate import run_emulation
 from emulator.pipeline import predict_from_trace
+from emulator.trace.io import read_rank_summary
+
+
+@dataclass(frozen=True)
+class Program:
+    script: str
+    argv: list[str]
+    gpu: str = "h100"
+    nproc: int = 1
+
 
 PROGRAMS = {
-    "host_bound": ["--model", "gpt2-small", "--d-model", "64", "--heads", "4", "--seq-len", "64",
-                   "--batch-size", "1", "--steps", "5"],
-    "device_bound": ["--model", "gpt2-small", "--batch-size", "8", "--steps", "5"],
+    "host_bound": Program("gpt_single.py", ["--model", "gpt2-small", "--d-model", "64", "--heads", "4",
+                                            "--seq-len", "64", "--batch-size", "1", "--steps", "5"]),
+    "device_bound": Program("gpt_single.py", ["--model", "gpt2-small", "--batch-size", "8", "--steps", "5"]),
+    "host_bound_tp": Program("validation/megatron_gpt.py",
+                             "--layers 12 --hidden 2048 --heads 16 --seq 1024 --vocab 50257 --pad-vocab-to 128 "
+                             "--tp 2 --pp 1 --micro-batch 1 --global-batch 4 --dtype fp16 --attention eager "
+                             "--checkpoint --half-params --steps 5".split(), gpu="a100-80gb", nproc=4),
 }
 TARGET = 0.03
 
@@ -28,18 +48,27 @@ def spread(values: list[float]) -> float:
 
 
 def repeat_prediction(name: str, out_root: Path, runs: int = 5) -> dict:
-    times, hosts = [], []
+    prog = PROGRAMS[name]
+    times, hosts, cpu = [], [], []
     for i in range(runs):
         out = out_root / f"{name}-{i}"
-        summary = run_emulation(script=str(EXAMPLES / "gpt_single.py"), module=None, argv=PROGRAMS[name], gpu="h100",
-                                out=out, iterations=4)
+        summary = run_emulation(script=str(EXAMPLES / prog.script), module=None, argv=prog.argv, gpu=prog.gpu,
+                                nproc_per_node=prog.nproc, out=out, iterations=4)
         if not summary.ok:
             raise RuntimeError(f"{name}: emulation failed: {summary.error}")
         pred = predict_from_trace(out, roofline_only=True, timeline=False)
         times.append(pred.iteration_time_s)
         hosts.append(pred.breakdown_s["host"])
+        cpu.append(steady_cpu_s(out, min(summary.rank_map.values())))
     return {"iteration_times_ms": [round(t * 1e3, 3) for t in times], "host_ms": [round(h * 1e3, 3) for h in hosts],
+            "cpu_s_spread": spread(cpu) if all(cpu) else None,
             "spread": spread(times), "target": f"<= {TARGET:.0%}", "meets_target": spread(times) <= TARGET}
+
+
+def steady_cpu_s(out: Path, rank: int) -> float | None:
+    """Median process CPU time of the rank's iterations after the first (its summary's iteration_cpu_s)."""
+    cpu = read_rank_summary(out, rank).iteration_cpu_s[1:]
+    return statistics.median(cpu) if cpu else None
 
 
 def bench_repeat_host_bound(out_root: Path) -> dict:
@@ -50,4 +79,9 @@ def bench_repeat_device_bound(out_root: Path) -> dict:
     return repeat_prediction("device_bound", out_root)
 
 
-BENCHMARKS = {"repeat_host_bound": bench_repeat_host_bound, "repeat_device_bound": bench_repeat_device_bound}
+def bench_repeat_host_bound_tp(out_root: Path) -> dict:
+    return repeat_prediction("host_bound_tp", out_root)
+
+
+BENCHMARKS = {"repeat_host_bound": bench_repeat_host_bound, "repeat_device_bound": bench_repeat_device_bound,
+              "repeat_host_bound_tp": bench_repeat_host_bound_tp}
