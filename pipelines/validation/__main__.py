@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from pipelines.validation.runner import GPU_ITERATIONS
 from pipelines.validation.validate import run_validation
 
 
@@ -23,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run nothing: report the cases that already have results (re-render the report)")
     p.add_argument("--only", help="run only the cases whose name contains this")
     p.add_argument("--out", type=Path, help="report folder (default <warehouse>/validation)")
+    p.add_argument("--gpu-iterations", type=int, default=GPU_ITERATIONS,
+                   help="optimizer steps each GPU case emulates (the first is warm-up; default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=900, help="per maya command")
     a = p.parse_args(argv)
     if a.cpu_only and a.gpu_only:
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=max(Console().width, 140))
     rep = run_validation(cpu=not a.gpu_only, gpu=not a.cpu_only, quick=a.quick, fresh=a.fresh, out_dir=a.out,
                          only=a.only, timeout_s=a.timeout_s, console=console, resimulate=a.resimulate,
-                         stored=a.stored)
+                         stored=a.stored, gpu_iterations=a.gpu_iterations)
     failed = [r["name"] for s in ("cpu", "gpu") for r in (rep.get(s) or {}).get("rows", [])
               if r["predicted_s"] is None and not r["oom"]]
     if failed:

@@ -89,12 +89,14 @@ def _run_section(cases, run_one, console: Console | None, label: str) -> list[di
 
 def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fresh: bool = False,
                    out_dir: Path | None = None, only: str | None = None, timeout_s: float = 900,
-                   console: Console | None = None, resimulate: bool = False, stored: bool = False) -> dict:
+                   console: Console | None = None, resimulate: bool = False, stored: bool = False,
+                   gpu_iterations: int = runner.GPU_ITERATIONS) -> dict:
     """Run the CPU and/or GPU suites and write the report; returns the report dict.
 
     `only` keeps the cases whose name contains it; `resimulate` reuses finished emulations but
     simulates them again (after new predictors); `fresh` reruns everything; `stored` runs nothing and
-    reports the cases that have stored results (re-render the report). The GPU table is
+    reports the cases that have stored results (re-render the report); `gpu_iterations` is the
+    optimizer steps each GPU case emulates (a changed count is another run, not a cached one). The GPU table is
     skipped with a reason (not an error) when the shared holdout data is absent.
     """
     out_dir = Path(out_dir or default_out_dir())
@@ -134,8 +136,8 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
                 run_one = lambda c: runner.stored_result(c, runs)
             else:
                 _predictors({c.gpu for c in cases}, runs, rep, console)
-                run_one = lambda c: runner.run_gpu_case(c, runs, timeout_s=timeout_s, fresh=fresh,
-                                                        resimulate=resimulate)
+                run_one = lambda c: runner.run_gpu_case(c, runs, iterations=gpu_iterations, timeout_s=timeout_s,
+                                                        fresh=fresh, resimulate=resimulate)
             rows = _run_section(cases, run_one, console, "gpu")
             rep["gpu"] = {"rows": rows, "summary": report.table_summary(rows, report.GPU_TARGET),
                           "preamble": GPU_PREAMBLE}

@@ -63,6 +63,15 @@ def test_a_case_is_emulated_simulated_and_cached(tmp_path, fake_cli):
     assert fake_cli.read_text().split().count("emulate") == 2
 
 
+def test_another_iteration_count_is_emulated_again_not_read_from_the_cache(tmp_path, fake_cli):
+    runner.run_gpu_case(_case(), tmp_path / "runs")
+    other = runner.GPU_ITERATIONS + 2  # `--gpu-iterations N`: other steady iterations, another run
+    runner.run_gpu_case(_case(), tmp_path / "runs", iterations=other)
+    assert fake_cli.read_text().split().count("emulate") == 2
+    runner.run_gpu_case(_case(), tmp_path / "runs", iterations=other)
+    assert fake_cli.read_text().split().count("emulate") == 2
+
+
 def test_a_failing_emulation_is_recorded_not_raised(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "MAYA", [sys.executable, "-c", "import sys; print('no such op: aten::boom'); "
                                                                "sys.exit(2)"])
