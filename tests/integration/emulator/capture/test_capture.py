@@ -206,12 +206,18 @@ def test_host_gaps_are_the_programs_time_not_the_emulators(tmp_path):
 
     from tests.programs.harness import PROGRAMS, ROOT, _env
 
-    real = subprocess.run([sys.executable, str(PROGRAMS / "host_cost.py"), "--steps", "12"], cwd=ROOT,
-                          env={**_env(), "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=120)
-    assert real.returncode == 0, real.stderr
-    steps = [float(line.split("=")[1]) for line in real.stdout.split() if line.startswith("step_cpu_s=")]
-    real_step = statistics.median(steps[2:])  # medians on both sides: this shared machine's noise is large
+    def real_step_s() -> float:
+        real = subprocess.run([sys.executable, str(PROGRAMS / "host_cost.py"), "--steps", "12"], cwd=ROOT,
+                              env={**_env(), "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=120)
+        assert real.returncode == 0, real.stderr
+        steps = [float(line.split("=")[1]) for line in real.stdout.split() if line.startswith("step_cpu_s=")]
+        return statistics.median(steps[2:])  # medians on both sides: this shared machine's noise is large
+
+    before = real_step_s()
     emu = run_worker("host_cost.py", tmp_path, "--steps", "10")
+    # the real run before and after the emulation: this machine's speed moves by tens of percent within a
+    # minute, and the emulation is compared with the real program at the slower of the two moments
+    real_step = max(before, real_step_s())
     assert emu.rc == 0, emu.summary["error"]
     steady = emu.trace[emu.trace.iteration.between(1, 8)]
     per_step = steady.groupby("iteration").host_gap_s.sum().median()
