@@ -21,10 +21,12 @@ becomes one kernel row (`Recorder.record_launch`):
              (numel x rnumel), as an eager elementwise row counts its outputs
 
 Nothing is compiled to device code and nothing is autotuned (no device to time configs on): a
-kernel's first config stands, GEMMs stay extern kernels under `mode="max-autotune"` (the choice
-needs benchmarks), and `mode="reduce-overhead"` records the same kernels launched one by one
-(Inductor's CUDA-graph trees need the CUDA caching allocator's private pools), counted under
-`compiled.modes` so the prediction is known to carry their launch cost.
+kernel's first config stands, and GEMMs stay extern kernels under `mode="max-autotune"` (the choice
+needs benchmarks). `mode="reduce-overhead"` and `"max-autotune"` capture CUDA graphs, as on a GPU:
+each compiled graph (forward, backward) is warmed up, captured into the emulated `CUDAGraph` and
+replayed, so its kernels carry one launch (`graph_replay`) instead of a host gap each. Inductor's
+one-graph path does the capturing (the trees need the caching allocator's pool checkpoints); it is
+brought to the trees' behaviour where that changes the kernels or memory (`_install_graph_managed_inputs`).
 
 `available()` is False without Triton (Inductor generates no GPU code then); the session falls
 back to running compiled functions eagerly and counts them under `eager_fallbacks`.
@@ -79,6 +81,8 @@ _INDUCTOR_CONFIG = {"compile_threads": 1, "max_autotune": False, "max_autotune_g
                     "max_autotune_pointwise": False, "coordinate_descent_tuning": False,
                     "joint_graph_constant_folding": False, "benchmark_kernel": True,
                     "triton.cudagraphs": False, "triton.cudagraph_trees": False}
+# the modes whose Inductor plan captures CUDA graphs on a GPU (torch's `list_mode_options`)
+CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 _TRANSCENDENTAL = re.compile(r"\b(?:libdevice\.\w+|tl\.(?:exp|exp2|log|log2|sqrt|rsqrt|sin|cos|sigmoid|erf|"
                              r"tanh|fdiv)|tl_math\.\w+|math\.\w+)\s*\(")
 _ARITH = re.compile(r"(?<=[\w)\]])\s*[-+*/%]\s*(?=[\w(])")
@@ -123,6 +127,7 @@ def install(rec, counts: Counter) -> None:
     config.compile_threads = 1
     _refresh_dynamo_device_interface()
     _install_triton_stand_ins(rec)
+    _install_graph_managed_inputs()
     original = torch.compile
 
     def compile_for_emulation(model=None, *, backend="inductor", mode=None, options=None, **kwargs):
@@ -136,8 +141,10 @@ def install(rec, counts: Counter) -> None:
         if mode is not None:
             counts[f"mode={mode}"] += 1
         target = model.forward if isinstance(model, torch.nn.Module) else model
-        compiled = original(target, backend=functools.partial(_inductor_recorded, rec, dict(options or {})),
-                            **kwargs)
+        options = dict(options or {})
+        if mode in CUDAGRAPH_MODES:
+            options.setdefault("triton.cudagraphs", True)
+        compiled = original(target, backend=functools.partial(_inductor_recorded, rec, options), **kwargs)
 
         @functools.wraps(target)
         def call(*args, **kw):
@@ -178,9 +185,15 @@ def _inductor_recorded(rec, options: dict, gm, example_inputs):
     from torch._inductor.compile_fx import compile_fx
 
     user = {k: v for k, v in options.items() if k not in _INDUCTOR_CONFIG}  # the program's, except what needs a GPU
+    patches = {**user, **_INDUCTOR_CONFIG}
+    if options.get("triton.cudagraphs"):
+        # Inductor's one-graph-per-compiled-graph path (`cudagraphify_impl`: static input copies, a warm-up
+        # on a side stream, capture, replays) drives the emulated torch.cuda.CUDAGraph; the trees need the
+        # caching allocator's private-pool checkpoints, which the emulated allocator does not have
+        patches["triton.cudagraphs"] = True
     # as config_patches, not a `with config.patch`: AOTAutograd compiles the backward graph at the first
     # backward call, after this returns, and Inductor re-applies config_patches there
-    compiled = compile_fx(gm, example_inputs, config_patches={**user, **_INDUCTOR_CONFIG})
+    compiled = compile_fx(gm, example_inputs, config_patches=patches)
 
     def run(*args):
         # the compiled graph runs under the recorder (the caller took it off the stack), in its place
@@ -195,6 +208,60 @@ def _inductor_recorded(rec, options: dict, gm, example_inputs):
                     _pop_mode()
 
     return run
+
+
+def _install_graph_managed_inputs() -> None:
+    """Inductor's one-graph path copies every input that is not a parameter into a static buffer before each
+    replay. Under `reduce-overhead` a GPU runs CUDA-graph trees instead, where an input that another graph
+    of the tree produced (the forward's saved activations, read by the backward) already lives in the
+    tree's pool and is not copied; only the program's own inputs are (the batch). So an input whose
+    storage is a captured graph's static output counts as static here too: no copy kernel, no buffer.
+    And a tree returns each replay's outputs as new tensors over its pool, so autograd takes a gradient
+    output as the parameter's `.grad` (the one-graph path returns the same tensors every replay, which
+    autograd must clone: one copy kernel per parameter); each output here is a new alias likewise. The
+    graphs of a device share one memory pool, as a tree's do (the one-graph path gives each its own)."""
+    from torch._inductor import compile_fx as cfx
+
+    if getattr(cfx.cudagraphify_impl, "_maya", False):
+        return
+    original = cfx.cudagraphify_impl
+    outputs: set[int] = set()  # storages of graphs' static outputs (private pools are never released)
+    pools: dict[int, tuple] = {}  # device -> the one memory pool its graphs share, as a tree's do
+
+    def _ptr(t) -> int | None:
+        return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.device.type == "cuda" else None
+
+    def cudagraphify_impl(model, inputs, static_input_idxs=()):
+        managed = [i for i, x in enumerate(inputs) if _ptr(x) is not None and _ptr(x) in outputs]
+        graph = torch.cuda.graph
+        torch.cuda.graph = functools.partial(graph, pool=_tree_pool(pools))
+        try:
+            run = original(model, inputs, tuple(sorted({*static_input_idxs, *managed})))
+        finally:
+            torch.cuda.graph = graph
+
+        def replay(new_inputs):
+            out = run(new_inputs)
+            many = isinstance(out, (list, tuple))
+            fresh = []
+            for t in out if many else (out,):
+                if _ptr(t) is not None:
+                    outputs.add(_ptr(t))
+                    t = torch.ops.aten.alias.default(t)  # a new tensor over the static output, as a tree hands out
+                fresh.append(t)
+            return type(out)(fresh) if many else fresh[0]
+
+        return replay
+
+    cudagraphify_impl._maya = True
+    cfx.cudagraphify_impl = cudagraphify_impl
+
+
+def _tree_pool(pools: dict) -> tuple:
+    device = torch.cuda.current_device()
+    if device not in pools:
+        pools[device] = torch.cuda.graph_pool_handle()
+    return pools[device]
 
 
 def _refresh_dynamo_device_interface() -> None:

@@ -579,6 +579,8 @@ def install(spec: GPUSpec, device_count: int, sink: DeviceEvents) -> None:
     cuda.graphs.CUDAGraph, cuda.graphs.graph_pool_handle = FakeCUDAGraph, patches["graph_pool_handle"]
     if not hasattr(torch._C, "_host_emptyCache"):  # torch.cuda.graph's __enter__ calls it
         torch._C._host_emptyCache = lambda: None
+    if not hasattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled"):  # Inductor asks before it captures graphs
+        torch._C._cuda_cudaCachingAllocator_is_enabled = lambda: True  # the emulated allocator caches
     if not hasattr(torch._C, "_cuda_getDeviceCount"):  # CPU build: name unknown CUDA bindings clearly
         torch._C.__getattr__ = _missing_c_attr
     set_device(0)
