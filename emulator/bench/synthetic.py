@@ -198,18 +198,10 @@ def parallel3d_job(tp: int, pp: int, dp: int, gpus_per_node: int = 8, **kw) -> C
         rep = reps[(rank // tp) % pp]
         tpg, tpr, dpg, _, prev, nxt = _roles(rank, tp, pp)
         dpr = [(d * pp + (rank // tp) % pp) * tp + rank % tp for d in range(dp)]
-        group, granks, peer = {}, {}, {}
-        for i in rep.ranked_rows:
-            g = rep.group[i]
-            if g is None:
-                p = rep.peer[i]
-                peer[i] = prev if p is not None and p < rep.rank else nxt
-                group[i] = None
-            elif g.startswith("tp"):
-                group[i], granks[i] = tpg, tuple(tpr)
-            else:
-                group[i], granks[i] = dpg, tuple(dpr)
-        views.append(RankView(rank, rep, group, granks, peer))
+        groups = [(None, None) if g is None else (tpg, tuple(tpr)) if g.startswith("tp") else (dpg, tuple(dpr))
+                  for g, _ in rep.slots.group_keys]
+        peers = [None if p is None else prev if p < rep.rank else nxt for p in rep.slots.peer_keys]
+        views.append(RankView(rank, rep, groups, peers))
     summary = EmulationSummary(world_size=world, nnodes=max(world // gpus_per_node, 1),
                                nproc_per_node=min(gpus_per_node, world), gpu="h100", ok=True, complete=True)
     return CollatedJob(out=None, summary=summary, world_size=world, nnodes=summary.nnodes,

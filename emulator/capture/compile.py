@@ -184,13 +184,11 @@ def install(rec, counts: Counter) -> None:
 def _inductor_recorded(rec, options: dict, gm, example_inputs):
     from torch._inductor.compile_fx import compile_fx
 
-    user = {k: v for k, v in options.items() if k not in _INDUCTOR_CONFIG}  # the program's, except what needs a GPU
-    patches = {**user, **_INDUCTOR_CONFIG}
-    if options.get("triton.cudagraphs"):
-        # Inductor's one-graph-per-compiled-graph path (`cudagraphify_impl`: static input copies, a warm-up
-        # on a side stream, capture, replays) drives the emulated torch.cuda.CUDAGraph; the trees need the
-        # caching allocator's private-pool checkpoints, which the emulated allocator does not have
-        patches["triton.cudagraphs"] = True
+    # the program's options, except what needs a GPU; with `triton.cudagraphs` Inductor's one-graph path
+    # (`cudagraphify_impl`: static input copies, a warm-up on a side stream, capture, replays) drives the
+    # emulated torch.cuda.CUDAGraph: the trees need the caching allocator's private-pool checkpoints,
+    # which the emulated allocator does not have
+    patches = {**options, **_INDUCTOR_CONFIG, "triton.cudagraphs": bool(options.get("triton.cudagraphs"))}
     # as config_patches, not a `with config.patch`: AOTAutograd compiles the backward graph at the first
     # backward call, after this returns, and Inductor re-applies config_patches there
     compiled = compile_fx(gm, example_inputs, config_patches=patches)
@@ -232,7 +230,7 @@ def _install_graph_managed_inputs() -> None:
         return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.device.type == "cuda" else None
 
     def cudagraphify_impl(model, inputs, static_input_idxs=()):
-        managed = [i for i, x in enumerate(inputs) if _ptr(x) is not None and _ptr(x) in outputs]
+        managed = [i for i, x in enumerate(inputs) if (p := _ptr(x)) is not None and p in outputs]
         graph = torch.cuda.graph
         torch.cuda.graph = functools.partial(graph, pool=_tree_pool(pools))
         try:
@@ -245,8 +243,8 @@ def _install_graph_managed_inputs() -> None:
             many = isinstance(out, (list, tuple))
             fresh = []
             for t in out if many else (out,):
-                if _ptr(t) is not None:
-                    outputs.add(_ptr(t))
+                if (p := _ptr(t)) is not None:
+                    outputs.add(p)
                     t = torch.ops.aten.alias.default(t)  # a new tensor over the static output, as a tree hands out
                 fresh.append(t)
             return type(out)(fresh) if many else fresh[0]

@@ -62,6 +62,71 @@ class HangError(RuntimeError):
 
 def check_matching(job: CollatedJob, limit: int = 10) -> HangReport | None:
     """Every group member issued the same collectives, every send has its receive; else a HangReport."""
+    if _matches_by_slot(job):
+        return None
+    return _check_rows(job, limit)
+
+
+def _matches_by_slot(job: CollatedJob) -> bool:
+    """The check over each rank's distinct groups and peers instead of its rows: True when it proves every
+    collective and message matches. A rank's rows on one group slot issue the same sequence wherever the
+    slot maps, so ranks whose groups hold the same sequence match row for row. Anything this cannot prove
+    (a hang, or two slots of a rank naming one group or peer) returns False, and the row check decides
+    and reports."""
+    world = tuple(range(job.world_size))
+    seqs: dict[tuple, int] = {}  # a slot's sequence -> its id
+    coll_by_rep: dict[int, dict[int, int]] = {}  # representative -> group slot -> sequence id
+    p2p_by_rep: dict[int, dict[int, tuple[tuple, tuple]]] = {}  # representative -> peer slot -> (sent, received)
+    for r, rep in job.reps.items():
+        coll: dict[int, list] = {}
+        p2p: dict[int, tuple[list, list]] = {}
+        for i in rep.comm_rows:
+            k = rep.slots.pos[i]
+            if rep.kind[i] == "p2p":
+                sent, received = p2p.setdefault(rep.slots.peer_slot[k], ([], []))
+                (sent if rep.collective[i] == "send" else received).append(int(rep.coll_bytes[i] or 0))
+                continue
+            c = rep.collective[i]
+            coll.setdefault(rep.slots.group_slot[k], []).append(
+                (int(rep.coll_seq[i] if rep.coll_seq[i] is not None else -1), c,
+                 None if c == "all_to_all" else int(rep.coll_bytes[i] or 0)))
+        coll_by_rep[r] = {g: seqs.setdefault(tuple(v), len(seqs)) for g, v in coll.items()}
+        p2p_by_rep[r] = {p: (tuple(a), tuple(b)) for p, (a, b) in p2p.items()}
+    groups: dict = {}  # group name -> (sequence id, members, issuing ranks)
+    sends: dict[tuple[int, int], tuple] = {}
+    recvs: dict[tuple[int, int], tuple] = {}
+    for v in job.ranks:
+        named = set()
+        for g, sid in coll_by_rep[v.rep.rank].items():
+            name, ranks = v.groups[g]
+            if name in named:
+                return False
+            named.add(name)
+            members = ranks or world
+            hit = groups.get(name)
+            if hit is None:
+                groups[name] = (sid, members, {v.rank})
+            elif hit[0] != sid or (hit[1] is not members and hit[1] != members):
+                return False
+            else:
+                hit[2].add(v.rank)
+        peers = set()
+        for p, (sent, received) in p2p_by_rep[v.rep.rank].items():
+            peer = v.peers[p]
+            if peer is None:
+                continue
+            if peer in peers:
+                return False
+            peers.add(peer)
+            sends[(v.rank, peer)], recvs[(v.rank, peer)] = sent, received
+    if any(not issuers.issuperset(members) for _, members, issuers in groups.values()):
+        return False
+    pairs = set(sends) | {(d, s) for (s, d) in recvs}
+    return all(sends.get((s, d), ()) == recvs.get((d, s), ()) for s, d in pairs)
+
+
+def _check_rows(job: CollatedJob, limit: int) -> HangReport | None:
+    """The row-by-row check, which names each collective and message that does not match."""
     issued: dict[tuple[str, int], dict[int, tuple[str, int]]] = defaultdict(dict)
     members: dict[tuple[str, int], tuple[int, ...]] = {}
     sends: dict[tuple[int, int], list[int]] = defaultdict(list)

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from emulator.collate.hangs import HangError, check_matching
+from emulator.collate.views import RankView, RowSlots, own_view
 from emulator.core.ops import collective_name, is_view_op
 from emulator.trace.expand import GroupIndex, RankMapping
 from emulator.trace.io import read_summary, read_traces
@@ -59,21 +60,11 @@ class RepTrace:
     host_gap: list[float] = field(default_factory=list)  # what the simulated host spends (emulator.hosttime)
     comm_rows: list[int] = field(default_factory=list)
     ranked_rows: list[int] = field(default_factory=list)  # rows whose group/peer depend on the rank
+    slots: RowSlots | None = None  # the ranked rows' distinct groups and peers (emulator.collate.views)
     p2p_waits: bool = False  # the worker recorded completion waits for p2p ops (else they are implied)
 
     def __len__(self) -> int:
         return len(self.kind)
-
-
-@dataclass
-class RankView:
-    """A rank of the job: a representative's trace with this rank's own groups and peers."""
-
-    rank: int
-    rep: RepTrace
-    group: dict[int, str]
-    group_ranks: dict[int, tuple[int, ...]]
-    peer: dict[int, int]
 
 
 @dataclass
@@ -125,6 +116,7 @@ def rep_trace(rank: int, table: pa.Table) -> RepTrace:
     rep.comm_rows = [i for i, k in enumerate(kinds) if k in COMM_KINDS]
     rep.ranked_rows = [i for i, k in enumerate(kinds)
                        if k in COMM_KINDS or (k == "event_wait" and rep.group[i] is not None)]
+    rep.slots = RowSlots.of(rep, rep.ranked_rows)
     return rep
 
 
@@ -139,32 +131,20 @@ def _launches_paid(launches: list[bool], graph_replay: list) -> list[bool]:
     return paid
 
 
-def _own_view(rep: RepTrace) -> RankView:
-    rows = rep.ranked_rows
-    return RankView(rank=rep.rank, rep=rep, group={i: rep.group[i] for i in rows},
-                    group_ranks={i: rep.group_ranks[i] for i in rows if rep.group_ranks[i] is not None},
-                    peer={i: rep.peer[i] for i in rows if rep.peer[i] is not None})
-
-
 def _expanded_view(rep: RepTrace, mapping: RankMapping) -> RankView:
-    """A view of `rep` as `mapping.rank`: its rank-dependent rows (groups, peers) rewritten by the rules of
-    `trace.expand.expand_rank`, straight from the indexed columns, each distinct group and peer mapped once."""
+    """A view of `rep` as `mapping.rank`: its groups and peers rewritten by the rules of
+    `trace.expand.expand_rank`, each of the trace's distinct groups and peers mapped once."""
     by_name = mapping.index.by_name
-    group, group_ranks, peer = {}, {}, {}
-    for i in rep.ranked_rows:
-        name, ranks = rep.group[i], rep.group_ranks[i]
+    groups = []
+    for name, ranks in rep.slots.group_keys:
         known = ranks if ranks is not None else (by_name.get(str(name)) if name is not None else None)
-        if known is not None:
-            new_name, new_ranks = mapping.group(name, known)
-            group[i] = new_name
-            if ranks is not None:
-                group_ranks[i] = new_ranks
-        else:
-            group[i] = name
-        p = rep.peer[i]
-        if p is not None:
-            peer[i] = mapping.peer(int(p))
-    return RankView(rank=mapping.rank, rep=rep, group=group, group_ranks=group_ranks, peer=peer)
+        if known is None:
+            groups.append((name, None))
+            continue
+        new_name, new_ranks = mapping.group(name, known)
+        groups.append((new_name, new_ranks if ranks is not None else None))
+    peers = [mapping.peer(p) if p is not None else None for p in rep.slots.peer_keys]
+    return RankView(rank=mapping.rank, rep=rep, groups=groups, peers=peers)
 
 
 def layout(summary: EmulationSummary, nnodes: int | None, nproc_per_node: int | None) -> tuple[int, int, int]:
@@ -212,7 +192,7 @@ def collate_tables(tables: dict[int, pa.Table], summary: EmulationSummary, nnode
         if rep_rank not in reps:
             raise CollateError(f"rank {rank} has no trace and no representative in emulation.json rank_map")
         rep = reps[rep_rank]
-        views.append(_own_view(rep) if rep_rank == rank else _expanded_view(rep, RankMapping(index, rep.rank, rank)))
+        views.append(own_view(rep) if rep_rank == rank else _expanded_view(rep, RankMapping(index, rep.rank, rank)))
     used = {v.rep.rank for v in views}
     reps = {r: rep for r, rep in reps.items() if r in used}  # a trace no rank uses is not estimated
     job = CollatedJob(out=out, summary=summary, world_size=world, nnodes=nn, nproc_per_node=npn, reps=reps, ranks=views)

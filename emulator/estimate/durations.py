@@ -122,54 +122,82 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
         hosts = [i for i, k in enumerate(rep.kind) if k in HOST_KINDS]
         if hosts:
             base[r][hosts] = roofline_durations(signature_frame(rep.table, hosts), spec)
-    # collectives and p2p: depend on where each rank's group sits in the cluster
+    # collectives and p2p: depend on where each rank's groups sit in the cluster (size, nodes spanned), which
+    # is a property of the trace's group and peer slots (emulator.collate.views): ranks of one trace whose
+    # slots sit alike share their rows' keys and one durations array
     comm_sig: dict[int, list[dict]] = {}
     for r, rep in job.reps.items():
         if rep.comm_rows:
             comm_sig[r] = signature_frame(rep.table, rep.comm_rows).to_dict("records")
+    spans, everyone = _Spans(job), range(job.world_size)
     keys: dict[tuple, int] = {}
     key_rows: list[dict] = []
-    per_rank: list[list[int]] = []
+    placements: dict[tuple, list] = {}  # (trace, slot placement) -> [row key ids, number of ranks]
+    of_rank: list[tuple | None] = []
     for v in job.ranks:
         rep = v.rep
-        ids = []
-        for j, row in enumerate(rep.comm_rows):
-            if rep.kind[row] == "p2p":
-                peer = v.peer.get(row, v.rank)
-                size, nn = 2, job.nodes_spanned((v.rank, peer))
-            else:
-                members = v.group_ranks.get(row) or range(job.world_size)
-                size, nn = len(members), job.nodes_spanned(members)
-            k = (rep.rank, j, size, nn)
-            if k not in keys:
-                keys[k] = len(key_rows)
-                d = dict(comm_sig[rep.rank][j])
-                d.update(collective=rep.collective[row], coll_bytes=int(rep.coll_bytes[row] or 0), group_size=size,
-                         nnodes=nn, gpus_per_node=gpn)
-                key_rows.append(d)
-            ids.append(keys[k])
-        per_rank.append(ids)
+        if not rep.comm_rows:
+            of_rank.append(None)
+            continue
+        sl = rep.slots
+        groups = tuple(spans.group(v.members(g, everyone)) for g in range(len(sl.group_keys)))
+        peers = tuple(spans.pair(v.rank, v.rank if p is None else p) for p in v.peers)
+        place = (rep.rank, groups, peers)
+        hit = placements.get(place)
+        if hit is None:
+            ids = []
+            for j, row in enumerate(rep.comm_rows):
+                k = sl.pos[row]
+                size, nn = peers[sl.peer_slot[k]] if rep.kind[row] == "p2p" else groups[sl.group_slot[k]]
+                key = (rep.rank, j, size, nn)
+                if key not in keys:
+                    keys[key] = len(key_rows)
+                    d = dict(comm_sig[rep.rank][j])
+                    d.update(collective=rep.collective[row], coll_bytes=int(rep.coll_bytes[row] or 0),
+                             group_size=size, nnodes=nn, gpus_per_node=gpn)
+                    key_rows.append(d)
+                ids.append(keys[key])
+            hit = placements[place] = [ids, 0]
+        hit[1] += 1
+        of_rank.append(place)
     # the roofline already is the network model: only a learned predictor is split at the node boundary
     network_apart = not learned_internode and not collectives.is_analytical
     cd, cs = _predict_comm(key_rows, collectives, NetworkPredictor(spec), network_apart)
-    durations = []
-    for v, ids in zip(job.ranks, per_rank, strict=True):
-        arr = base[v.rep.rank]
-        if ids:
-            arr = arr.copy()
-            arr[v.rep.comm_rows] = cd[ids]
-            src = cs[ids]
-            for s in ("learned", "fallback"):
-                by_source[s] = by_source.get(s, 0.0) + float(cd[ids][src == s].sum())
-            rep = v.rep
-            _add_budget(budget, [rep.kind[j] for j in rep.comm_rows], [rep.iteration[j] for j in rep.comm_rows],
-                        cd[ids], src == FALLBACK, np.zeros(len(ids)), 1.0)
-        durations.append(arr)
+    arrays: dict[tuple, np.ndarray] = {}
+    for place, (ids, count) in placements.items():
+        rep = job.reps[place[0]]
+        arr = arrays[place] = base[rep.rank].copy()
+        arr[rep.comm_rows] = cd[ids]
+        src = cs[ids]
+        for s in ("learned", "fallback"):
+            by_source[s] = by_source.get(s, 0.0) + float(cd[ids][src == s].sum()) * count
+        _add_budget(budget, [rep.kind[j] for j in rep.comm_rows], [rep.iteration[j] for j in rep.comm_rows],
+                    cd[ids], src == FALLBACK, np.zeros(len(ids)), count)
+    durations = [base[v.rep.rank] if place is None else arrays[place]
+                 for v, place in zip(job.ranks, of_rank, strict=True)]
     label = collectives.label
     if network_apart and any(d["nnodes"] > 1 for d in key_rows):
         label += f"; between nodes: {NETWORK_LABEL}"
     return Estimates(durations=durations, time_by_source=by_source, kernels=kernels.label, collectives=label,
                      adjusted_s=adjusted_total, by_family_iteration=budget, conditions=kernels.conditions())
+
+
+class _Spans:
+    """(group size, nodes spanned) of a rank set, worked out once per distinct set: the ranks of a large job
+    share their groups' tuples, and the whole job's group is a few thousand ranks long."""
+
+    def __init__(self, job: CollatedJob):
+        self.job = job
+        self._by_id: dict[int, tuple] = {}  # id(members) -> (members, (size, nodes)): members kept alive
+
+    def group(self, members) -> tuple[int, int]:
+        hit = self._by_id.get(id(members))
+        if hit is None:
+            hit = self._by_id[id(members)] = (members, (len(members), self.job.nodes_spanned(members)))
+        return hit[1]
+
+    def pair(self, rank: int, peer: int) -> tuple[int, int]:
+        return 2, self.job.nodes_spanned((rank, peer))
 
 
 def _predict_comm(rows: list[dict], collectives: Predictor, network: Predictor,

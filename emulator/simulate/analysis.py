@@ -84,7 +84,11 @@ def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks:
     job = result.job
     ids = sorted({i for rep in job.reps.values() for i in _rep_index(rep)["ids"]})
     ends = {i: 0.0 for i in ids}
+    seen: set[int] = set()  # the ranks of a simulated class share its arrays (simulate.classes)
     for v, end, host_end in zip(job.ranks, result.end, result.host_end, strict=True):
+        if id(end) in seen:
+            continue
+        seen.add(id(end))
         idx = _rep_index(v.rep)["by_it"]
         for i, rows in idx.items():
             if len(rows):

@@ -30,7 +30,7 @@ def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], 
     for v, d in zip(job.ranks, durations, strict=True):
         cands = by_trace.setdefault(v.rep.rank, [])
         for c in cands:
-            if np.array_equal(durations[reps[c]], d):
+            if durations[reps[c]] is d or np.array_equal(durations[reps[c]], d):
                 cls[v.rank] = c
                 break
         else:
@@ -54,19 +54,23 @@ def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], 
         return s
 
     everyone = tuple(range(world))
+    # per trace: the group slots its collectives and waits name, the peer slots its p2p rows name
+    # (emulator.collate.views): the conditions hold row by row exactly when they hold slot by slot
+    used = {r: (rep.slots.slots_of(rep.ranked_rows, rep.kind, p2p=False)[0],
+                rep.slots.slots_of(rep.ranked_rows, rep.kind, p2p=True)[1]) for r, rep in job.reps.items()}
     for v in job.ranks:
         rv = job.ranks[reps[cls[v.rank]]]
         is_rep = v.rank in rep_set
+        group_slots, peer_slots = used[v.rep.rank]
         peers_by_class: dict[int, set] = {}
-        for i in v.rep.ranked_rows:
-            if v.rep.kind[i] == "p2p":
-                p, rp = v.peer.get(i), rv.peer.get(i)
-                if p is None or rp is None or cls[p] != cls[rp] or (is_rep and p not in rep_set):
-                    return None
-                peers_by_class.setdefault(cls[p], set()).add(p)
-                continue
-            members = v.group_ranks.get(i) or everyone
-            if signature(members) != signature(rv.group_ranks.get(i) or everyone):
+        for s in peer_slots:
+            p, rp = v.peers[s], rv.peers[s]
+            if p is None or rp is None or cls[p] != cls[rp] or (is_rep and p not in rep_set):
+                return None
+            peers_by_class.setdefault(cls[p], set()).add(p)
+        for s in group_slots:
+            members = v.members(s, everyone)
+            if signature(members) != signature(rv.members(s, everyone)):
                 return None
             if is_rep and not {cls[r] for r in members if r in rep_set} == signature(members):
                 return None

@@ -12,11 +12,12 @@ import json
 from dataclasses import dataclass, field
 
 from pipelines.validation.holdout import REPO_ROOT, Case, case_work, load_vtrain
+from pipelines.validation.runner import GPU_ITERATIONS
 
 KNOB_FLAGS = {"tp": "--tp", "pp": "--pp", "micro_batch": "--micro-batch"}
-# emulated optimizer steps (the first is warm-up); the validation now emulates 4 (one steady iteration has no
-# same-position median), the search evaluation was measured with 2 and keeps it until it is rerun
-ITERATIONS = 2
+# emulated optimizer steps, as the validation emulates them: the first is warm-up, and with one steady
+# iteration there is no same-position median of the host gaps (README, "vTrain single node, run to run")
+ITERATIONS = GPU_ITERATIONS
 
 
 @dataclass

@@ -135,6 +135,18 @@ def test_deduplicated_ranks_are_expanded_with_their_own_groups(tmp_path):
     assert all(set(v.group.values()) == {"0"} for v in job.ranks)
 
 
+def test_a_hang_between_deduplicated_ranks_names_every_rank_that_shares_the_short_trace(tmp_path):
+    # ranks 2 and 3 read rank 2's trace, which runs one layer fewer: one all-reduce per step the others wait on
+    tables = {0: ddp_rank(0, 4, layers=4).table(), 2: ddp_rank(2, 4, layers=3).table()}
+    out = write_job(tmp_path / "out", tables, world_size=4, rank_map={"0": 0, "1": 0, "2": 2, "3": 2},
+                    groups=[{"name": "0", "ranks": [0, 1, 2, 3]}])
+    with pytest.raises(HangError) as e:
+        collate(out)
+    issue = e.value.report.issues[0]
+    assert issue.kind == "missing" and issue.issued_by == [0, 1] and issue.missing == [2, 3]
+    assert "group '0'" in str(e.value)
+
+
 def test_a_deduplicated_3d_job_simulates_exactly_like_the_full_one(tmp_path):
     from emulator.bench.synthetic import parallel3d_rank
     from emulator.pipeline import predict_from_trace
