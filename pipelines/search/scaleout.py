@@ -10,8 +10,9 @@ iteration time and MFU land in `<warehouse>/search/scaleout/scaleout.json`. A po
 prediction.json exists is not run again. `--layers/--micro-batches` shrink the job for a smoke run.
 
 What a point costs: emulation grows with the distinct stages' work (11 ranks of about 120,000 rows
-each at every DP), but collating, the hang check and the class check still visit every rank's
-collective rows, so the simulation side grows with world size x collective rows.
+each at every DP); collating, the hang check, collective estimation and the class check visit each
+rank's distinct groups and peers (`emulator.collate.views`), not its rows, so the simulation side grows
+with world size x a handful of slots.
 """
 
 from __future__ import annotations
