@@ -52,15 +52,15 @@ class RowSlots:
                    peer_keys=list(pk), peer_slot=pslot, has_ranks=[rep.group_ranks[i] is not None for i in rows],
                    has_peer=[rep.peer[i] is not None for i in rows])
 
-    def slots_of(self, rows, kinds: list[str], p2p: bool) -> tuple[set[int], set[int]]:
-        """(group slots, peer slots) used by `rows` whose kind is p2p (`p2p`) or is not (not `p2p`)."""
-        g, p = set(), set()
-        for i in rows:
-            if (kinds[i] == "p2p") == p2p:
-                k = self.pos[i]
-                g.add(self.group_slot[k])
-                p.add(self.peer_slot[k])
-        return g, p
+    def used(self, kinds: list[str]) -> tuple[set[int], set[int]]:
+        """(group slots the collectives and waits name, peer slots the p2p rows name)."""
+        groups, peers = set(), set()
+        for k, i in enumerate(self.rows):
+            if kinds[i] == "p2p":
+                peers.add(self.peer_slot[k])
+            else:
+                groups.add(self.group_slot[k])
+        return groups, peers
 
 
 class _RowValues(Mapping):

@@ -56,8 +56,7 @@ def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], 
     everyone = tuple(range(world))
     # per trace: the group slots its collectives and waits name, the peer slots its p2p rows name
     # (emulator.collate.views): the conditions hold row by row exactly when they hold slot by slot
-    used = {r: (rep.slots.slots_of(rep.ranked_rows, rep.kind, p2p=False)[0],
-                rep.slots.slots_of(rep.ranked_rows, rep.kind, p2p=True)[1]) for r, rep in job.reps.items()}
+    used = {r: rep.slots.used(rep.kind) for r, rep in job.reps.items()}
     for v in job.ranks:
         rv = job.ranks[reps[cls[v.rank]]]
         is_rep = v.rank in rep_set
