@@ -36,7 +36,8 @@ class FusedLayerNormAffineFunction:
         return FusedLayerNormAffineFunction.forward(None, input, weight, bias, normalized_shape, eps, memory_efficient)
 
 
-def _from_megatron() -> bool:
+def from_megatron() -> bool:
+    """Whether the import being served was made from one of megatron's own modules."""
     frame = sys._getframe(1)
     while frame is not None:
         if str(frame.f_globals.get("__name__", "")).startswith("megatron."):
@@ -54,7 +55,7 @@ class ApexForMegatron(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if name not in _MODULES:
             return None
         if name == "apex":
-            if not _from_megatron():
+            if not from_megatron():
                 return None
             for finder in sys.meta_path:
                 if finder is not self and hasattr(finder, "find_spec") and finder.find_spec(name, path, target):

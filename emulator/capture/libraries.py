@@ -18,7 +18,8 @@ tensor lists, as DeepSpeed's); ZeRO-Offload's cpu_adam (a C++ op that builds her
 host memory a fake host tensor does not have) becomes the same on the host tensors. Each
 stand-in is announced once on stderr; ops without one keep DeepSpeed's own loader (and its error).
 
-megatron-core's sequence parallelism needs Apex's fused layer norm: `emulator.capture.apex_standin`.
+megatron-core's sequence parallelism needs Apex's fused layer norm (`emulator.capture.apex_standin`), and
+Megatron's default masked-softmax fusion its fused softmax extensions (`emulator.capture.megatron_softmax`).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ import sys
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from emulator.capture import apex_standin
+from emulator.capture import apex_standin, megatron_softmax
 
 
 def install(fake_mode) -> None:
     apex_standin.install()
+    megatron_softmax.install()
     for name, patch in _PATCHES.items():
         if name in sys.modules:
             patch(sys.modules[name], fake_mode)

@@ -14,6 +14,7 @@ import sys
 from rich.console import Console
 
 from pipelines.search.report import run_eval
+from pipelines.validation.holdout import PROGRAMS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,11 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ranking", action="store_true", help="skip the vTrain ranking part")
     p.add_argument("--no-efficiency", action="store_true", help="skip the search-efficiency part")
     p.add_argument("--seeds", type=int, default=10, help="seeds per algorithm for the efficiency part")
+    p.add_argument("--program", choices=sorted(PROGRAMS), default="imitation",
+                   help="the Megatron-style program the ranking trials run: the plain-PyTorch imitation or "
+                        "megatron-core itself (installed by `make test-frameworks`)")
     a = p.parse_args(argv)
     console = Console(width=max(Console().width, 140))
     try:
         run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,
-                 ranking=not a.no_ranking, efficiency=not a.no_efficiency, seeds=a.seeds, console=console)
+                 ranking=not a.no_ranking, efficiency=not a.no_efficiency, seeds=a.seeds, console=console,
+                 program=a.program)
     except KeyboardInterrupt as e:
         console.print(f"interrupted: {e or 'stopped'}; a rerun resumes from the cached trials")
         return 130

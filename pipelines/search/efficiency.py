@@ -20,10 +20,10 @@ from emulator.search import Options, Program, run_search
 from emulator.search.driver import Search, run_inline
 from emulator.search.space import load_space
 from emulator.search.store import Store
+from pipelines.search.groups import PROGRAM
 from pipelines.validation.holdout import REPO_ROOT
 
 SPACE = REPO_ROOT / "examples" / "search" / "efficiency.toml"
-PROGRAM = str(REPO_ROOT / "examples" / "validation" / "megatron_gpt.py")
 ALGORITHMS = ("cmaes", "random", "grid")
 BUDGET = 300
 TOLERANCE = 0.01
@@ -31,6 +31,11 @@ TOLERANCE = 0.01
 
 class NotCached(RuntimeError):
     """The efficiency runs must only read the exhaustive sweep's trials."""
+
+
+def parts() -> set[str]:
+    """The GPU parts the efficiency space rents (its `gpu` knob): its trials need their predictors."""
+    return {str(v) for v in load_space(SPACE).knobs["gpu"].values}
 
 
 def _not_cached(spec, predictors):

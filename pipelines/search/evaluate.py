@@ -25,7 +25,7 @@ from emulator.core.hardware import get_gpu
 from emulator.search import Options, Program, run_search
 from emulator.search.space import parse_space
 from emulator.search.store import Store
-from pipelines.search.groups import PROGRAM, Group, cheapest_single, vtrain_groups
+from pipelines.search.groups import Group, cheapest_single, program_path, vtrain_groups
 from pipelines.search.ranking import scores
 from pipelines.validation.baselines import BaselineUnavailable, llm_analysis_s
 
@@ -66,11 +66,11 @@ def select_groups(multi: tuple[str, ...] = DEFAULT_MULTI, single: int = DEFAULT_
     return [g for g in groups if only in g.name] if only else groups
 
 
-def _search(group: Group, store: Store, roofline_only: bool, console: Console):
+def _search(group: Group, store: Store, roofline_only: bool, console: Console, program: str):
     space = parse_space(group.space_toml(), path=f"vtrain:{group.name}")
     opts = Options(objective="time", algorithm="grid", budget=len(space.feasible()), engine="inline",
                    roofline_only=roofline_only)
-    res = run_search(space, Program.of(PROGRAM, None, []), opts, store=store, console=console).completed()
+    res = run_search(space, Program.of(program_path(program), None, []), opts, store=store, console=console).completed()
     return res, {e.key: (e.row or {}).get("iteration_time_s") if e.status == "ok" else None for e in res.entries}
 
 
@@ -89,11 +89,11 @@ def _analytical(group: Group) -> tuple[dict, dict, str]:
     return llm, six, note
 
 
-def evaluate_group(group: Group, store: Store, console: Console) -> GroupResult:
+def evaluate_group(group: Group, store: Store, console: Console, program: str = "imitation") -> GroupResult:
     t0 = time.perf_counter()
-    res, maya = _search(group, store, False, console)
+    res, maya = _search(group, store, False, console, program)
     wall = time.perf_counter() - t0
-    _, roof = _search(group, store, True, console)
+    _, roof = _search(group, store, True, console, program)
     llm, six, note = _analytical(group)
     measured = group.measured()
     out = GroupResult(name=group.name, kind=group.kind, gpus=group.first.world_size, layouts=len(measured),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from pipelines.validation.holdout import REPO_ROOT, Case, case_work, load_vtrain
+from pipelines.validation.holdout import PROGRAMS, REPO_ROOT, Case, case_work, load_vtrain
 from pipelines.validation.runner import GPU_ITERATIONS
 
 KNOB_FLAGS = {"tp": "--tp", "pp": "--pp", "micro_batch": "--micro-batch"}
@@ -102,4 +102,11 @@ def cheapest_single(groups: list[Group], count: int) -> list[Group]:
     return chosen
 
 
-PROGRAM = str(REPO_ROOT / "examples" / "validation" / "megatron_gpt.py")
+def program_path(name: str = "imitation") -> str:
+    """The validation program `name` (`pipelines.validation.holdout.PROGRAMS`) as an absolute path."""
+    if name not in PROGRAMS:
+        raise ValueError(f"unknown validation program {name!r}: choose from {', '.join(PROGRAMS)}")
+    return str(REPO_ROOT / PROGRAMS[name])
+
+
+PROGRAM = program_path()

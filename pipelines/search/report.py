@@ -12,12 +12,11 @@ from rich.table import Table
 
 from emulator.core.settings import warehouse_root
 from emulator.search.store import Store
-from pipelines.search.efficiency import run_efficiency
+from pipelines.search.efficiency import parts, run_efficiency
 from pipelines.search.evaluate import DEFAULT_MULTI, DEFAULT_SINGLE, METHODS, evaluate_group, select_groups, summarize
+from pipelines.search.groups import program_path
 from pipelines.validation.holdout import HoldoutMissingError
 from pipelines.validation.runner import ensure_predictors
-
-EFFICIENCY_PARTS = ("a100-80gb", "h100")  # the `gpu` knob of examples/search/efficiency.toml
 
 
 def _pct(x) -> str:
@@ -57,12 +56,16 @@ def efficiency_table(eff: dict) -> Table:
 
 
 def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficiency: bool = True, seeds: int = 10,
-             console: Console | None = None, out_dir: Path | None = None) -> dict:
+             console: Console | None = None, out_dir: Path | None = None, program: str = "imitation") -> dict:
+    """`program` names the validation program every ranking trial runs (`pipelines.validation.holdout.PROGRAMS`);
+    its report goes to `search/eval` for the imitation, `search/eval-<program>` otherwise."""
     console = console or Console()
-    out_dir = Path(out_dir or warehouse_root() / "search" / "eval")
+    program_path(program)  # an unknown name stops here, before any trial
+    out_dir = Path(out_dir or warehouse_root() / "search" / ("eval" if program == "imitation" else f"eval-{program}"))
     out_dir.mkdir(parents=True, exist_ok=True)
     store = Store()
-    rep: dict = dict(started=dt.datetime.now().isoformat(timespec="seconds"), machine=platform.node(), notes=[])
+    rep: dict = dict(started=dt.datetime.now().isoformat(timespec="seconds"), machine=platform.node(), notes=[],
+                     program=program)
     if ranking:
         try:
             groups = select_groups(multi or DEFAULT_MULTI, DEFAULT_SINGLE if single is None else single, only)
@@ -73,13 +76,13 @@ def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficienc
         results = []
         for g in groups:
             console.print(f"[bold]{g.name}[/bold]: {len(g.measured())} layouts, emulation work {g.work:,.0f}")
-            results.append(evaluate_group(g, store, console))
+            results.append(evaluate_group(g, store, console, program))
             rep["ranking"] = dict(groups=[r.to_json() for r in results], summary=summarize(results))
             _write(out_dir, rep)
         if results:
             console.print(ranking_table(results, summarize(results)))
     if efficiency:
-        _predictors(set(EFFICIENCY_PARTS), out_dir, rep, console)
+        _predictors(parts(), out_dir, rep, console)
         rep["efficiency"] = run_efficiency(store, console, seeds)
         _write(out_dir, rep)
         console.print(efficiency_table(rep["efficiency"]))

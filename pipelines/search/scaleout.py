@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from emulator.core.settings import warehouse_root
+from pipelines.search.groups import PROGRAM
 from pipelines.validation.holdout import REPO_ROOT
 
-PROGRAM = REPO_ROOT / "examples" / "validation" / "megatron_gpt.py"
 GPT3 = dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=50257)
 
 

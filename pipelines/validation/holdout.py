@@ -27,6 +27,10 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = "examples/validation/megatron_gpt.py"
+# The Megatron-style validation programs, by name; both take the same command line. "imitation" is plain
+# PyTorch (torch.distributed.pipelining for PP) and needs nothing else; "megatron-core" is built with
+# megatron-core itself (a test-time extra: `make test-frameworks` installs it).
+PROGRAMS = {"imitation": PROGRAM, "megatron-core": "examples/validation/megatron_core_gpt.py"}
 
 # NeuSight's directory names -> maya GPU keys (emulator.core.hardware)
 NEUSIGHT_GPUS = {"NVIDIA_H100_80GB_HBM3": "h100", "NVIDIA_A100-SXM4-40GB": "a100-40gb",

@@ -60,3 +60,26 @@ def test_distributed_optimizer_reduce_scatters_gradients_and_gathers_parameters(
     assert _count(t, "c10d::allgather_into_tensor_coalesced_") == 1  # the updated parameter shards
     # without Apex megatron-core steps a torch AdamW (foreach) over each rank's fp32 main-parameter shard
     assert _count(t[t.phase == "optimizer"], "aten::_foreach_addcdiv_") > 0
+
+
+def test_validation_program_runs_megatrons_fused_softmax_once_each_way_on_a_vtrain_command_line(tmp_path):
+    """`examples/validation/megatron_core_gpt.py`, with the command line `make validate` gives a vTrain row
+    (fp16 model with fp32 main weights, full recomputation, 1F1B over 2 stages): Megatron's default
+    masked-softmax fusion is one kernel forward (again when the layer is recomputed) and one backward."""
+    from pipelines.validation.holdout import REPO_ROOT, _program_args
+
+    model = dict(layers=4, hidden=256, heads=8, seq=128, vocab=1000)
+    par = dict(tp=1, pp=2, micro_batch=2, global_batch=8)
+    args = _program_args(model, par, "fp16", True, "eager", 128, half_params=True)
+    run = emulate(str(REPO_ROOT / "examples/validation/megatron_core_gpt.py"), tmp_path / "out", *args, "--steps", "3",
+                  nproc=2)
+    assert run.rc == 0 and run.summary["ok"], ok(run)
+    assert "Megatron's fused softmax extensions are not built here" in run.log(0)
+    per_stage = model["layers"] // par["pp"] * (par["global_batch"] // par["micro_batch"])
+    for rank in (0, 1):
+        t = run.steady(rank)
+        fwd, bwd = t[t.phase == "forward"], t[t.phase == "backward"]
+        assert _count(fwd, "aten::_masked_softmax") == _count(bwd, "aten::_masked_softmax") == per_stage
+        assert _count(bwd, "aten::_softmax_backward_data") == per_stage
+        assert _count(t, "aten::masked_fill") == _count(t, "aten::_softmax") == 0  # not torch's 4-kernel fallback
+    assert simulate(run.out)["hang"] is None

@@ -1,7 +1,9 @@
-"""`make search-eval` on a fresh warehouse: each part's predictors come first, a failure is said in the report."""
+"""`make search-eval` on a fresh warehouse: each part's predictors come first, a failure is said in the report;
+the validation program it runs is a checked choice."""
 
 import io
 
+import pytest
 from rich.console import Console
 
 from pipelines.search import report
@@ -27,7 +29,7 @@ def test_each_part_gets_its_predictors_before_any_trial_and_a_failure_is_a_note(
         calls.append(("predictors", gpu))
         return "could not get predictors for a100-80gb (bootstrap exited 1)" if gpu == "a100-80gb" else None
 
-    def evaluate(group, store, console):
+    def evaluate(group, store, console, program):
         calls.append(("trial", group.name))
         raise KeyboardInterrupt  # stop after the first group: what came before it is what the test is about
 
@@ -41,3 +43,23 @@ def test_each_part_gets_its_predictors_before_any_trial_and_a_failure_is_a_note(
         pass
     assert calls == [("predictors", "a100-80gb"), ("trial", "g1")]
     assert "could not get predictors for a100-80gb" in out.getvalue()
+
+
+def test_the_program_choice_reaches_every_trial_and_an_unknown_one_stops_before_any(tmp_path, monkeypatch):
+    programs = []
+    monkeypatch.setattr(report, "select_groups", lambda *a: [_Group("g1", "a100-80gb")])
+    monkeypatch.setattr(report, "ensure_predictors", lambda gpu, runs_dir: None)
+    monkeypatch.setattr(report, "evaluate_group",
+                        lambda g, store, console, program: programs.append(program) or _stop())
+    monkeypatch.setattr(report, "Store", lambda: None)
+    with pytest.raises(ValueError, match="unknown validation program 'megatron'"):
+        report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path, program="megatron")
+    assert programs == []
+    with pytest.raises(KeyboardInterrupt):
+        report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path,
+                        program="megatron-core")
+    assert programs == ["megatron-core"]
+
+
+def _stop():
+    raise KeyboardInterrupt
