@@ -124,8 +124,26 @@ def infer_tokens(job: CollatedJob, steady: list[int]) -> float | None:
         shapes = rep.table.column("shapes").take(pa.array(rows, type=pa.int64())).to_pylist()
         sizes = [(numel(sh[0]) if sh else 0, numel(sh[1]) if sh and len(sh) > 1 else 0) for sh in shapes]
         biggest = max(s[0] for s in sizes)
-        total += sum(ids for table, ids in sizes if table == biggest) * count.get(r, 0)
+        total += sum(ids / _lookup_sharers(rep, i) for i, (table, ids) in zip(rows, sizes, strict=True)
+                     if table == biggest) * count.get(r, 0)
     return total / len(steady) if total else None
+
+
+_COMBINES = ("all_reduce", "reduce_scatter")
+_LOOKUP_WINDOW = 8  # rows after the lookup in which a vocabulary-parallel embedding combines its partial output
+
+
+def _lookup_sharers(rep, i: int) -> int:
+    """How many ranks looked up the same token ids as row `i`: a vocabulary-parallel embedding (Megatron's,
+    or a row-wise sharded one) gives each tensor-parallel rank a slice of the table and the same ids, then
+    all-reduces (or reduce-scatters) the partial output over that group inside the embedding module. Those
+    ranks count the tokens once between them; any other lookup is its rank's own."""
+    for j in range(i + 1, min(i + 1 + _LOOKUP_WINDOW, len(rep))):
+        if rep.module[j] != rep.module[i]:
+            break
+        if rep.collective[j] in _COMBINES and rep.group_ranks[j]:
+            return len(rep.group_ranks[j])
+    return 1
 
 
 def _finite(x):

@@ -5,7 +5,7 @@ import json
 import pytest
 from rich.console import Console
 
-from emulator.bench.synthetic import ddp_rank, write_job
+from emulator.bench.synthetic import TraceBuilder, ddp_rank, write_job
 from emulator.cli import simulate_command
 from emulator.pipeline import predict_from_trace
 from emulator.report.prediction import CONTRACT_KEYS
@@ -33,6 +33,35 @@ def test_prediction_json_has_every_contract_key_with_sane_values(tmp_path):
     flag = predict_from_trace(out, roofline_only=True, tokens_per_iteration=1000, price_per_gpu_hour=1.0)
     assert flag.tokens_per_iteration == 1000 and flag.price_per_gpu_hour == 1.0
 
+
+
+def _vocab_parallel_rank(rank: int, tp: int, h: int = 1024, ids: tuple = (8, 1024)) -> TraceBuilder:
+    """TP x DP ranks of a Megatron-style model: each TP rank looks up the same ids in its slice of the
+    vocabulary and all-reduces the partial embeddings over its TP group, inside the embedding module."""
+    b = TraceBuilder(rank)
+    group = [rank // tp * tp + i for i in range(tp)]
+    t = ids[0] * ids[1]
+    for it in range(3):
+        b.iteration, b.phase = it, "forward"
+        lookup = [b.kernel("aten::embedding", [[50304 // tp, h], list(ids)], ["bfloat16", "int64"], [[*ids, h]]),
+                  b.kernel("aten::masked_fill", [[*ids, h]], ["bfloat16"]),
+                  b.collective("c10d::allreduce_", f"tp{group[0]}", group, t * h * 2)]
+        for row in lookup:
+            row["module"] = "embed"
+        b.mm(t, h, h)
+        b.phase = "backward"
+        b.mm(t, h, h)
+        b.phase = "optimizer"
+        b.kernel("aten::_fused_adamw_", [[h * h]] * 4, ["float32"] * 4)
+    return b
+
+
+def test_tokens_are_counted_once_per_tensor_parallel_group_that_shares_a_vocabulary_parallel_lookup(tmp_path):
+    tables = {r: _vocab_parallel_rank(r, tp=2).table() for r in range(4)}  # TP 2 x DP 2
+    pred = predict_from_trace(write_job(tmp_path / "out", tables), roofline_only=True)
+    # two data-parallel replicas of 8 x 1,024 ids each; the TP pair of a replica saw the same ids
+    assert pred.tokens_per_iteration == 2 * 8192
+    assert pred.tokens_source == "inferred from the vocabulary embedding's inputs"
 
 def test_timeline_has_a_process_per_rank_a_thread_per_stream_and_flows(tmp_path):
     out = _out(tmp_path)
