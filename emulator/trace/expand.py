@@ -28,6 +28,12 @@ class GroupIndex:
                 if n:
                     self.name_loc.setdefault(n, (p, gi))
                 self.ranks_loc.setdefault(g, (p, gi))
+        # each rank's own single-member groups, in creation order: Megatron makes one per rank for every
+        # parallelism of degree 1 (DP 1, PP 1, ...), interleaved across ranks, so they form no partition
+        self.singles: dict[int, list[str]] = {}
+        for g in groups:
+            if len(g["ranks"]) == 1:
+                self.singles.setdefault(int(g["ranks"][0]), []).append(str(g["name"]))
 
 
 class RankMapping:
@@ -56,6 +62,8 @@ class RankMapping:
         ix = self.index
         if len(ranks) == ix.world_size:  # a group of every rank (the world, or TP/DP over the whole job) is shared
             return name, ranks
+        if ranks == (self.rep_rank,):
+            return self._own_single(name)
         loc = ix.name_loc.get(name) if name else None
         loc = loc or ix.ranks_loc.get(ranks)
         if loc is None:  # the world group, or one this rank layout does not explain
@@ -65,6 +73,15 @@ class RankMapping:
         if target is None or self.rep_rank not in p.groups[gi]:
             return name, ranks
         return (p.names[target] or name), p.groups[target]
+
+    def _own_single(self, name):
+        """The rank's single-member group made at the same place among its own as `name` among the
+        representative's; a name of its own when there is none (a collective on it moves nothing, but
+        two ranks must never issue it under one group name)."""
+        mine, theirs = self.index.singles.get(self.rep_rank, []), self.index.singles.get(self.rank, [])
+        if name is not None and str(name) in mine and mine.index(str(name)) < len(theirs):
+            return theirs[mine.index(str(name))], (self.rank,)
+        return f"{name}@{self.rank}", (self.rank,)
 
     def _map_peer(self, peer: int) -> int:
         rep_rank, rank, world_size = self.rep_rank, self.rank, self.index.world_size

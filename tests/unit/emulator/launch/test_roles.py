@@ -176,6 +176,39 @@ def test_collate_reads_a_deduplicated_rank_as_expand_rank_rewrites_it():
         assert [view.peer.get(i) for i in rows] == out.column("peer").to_pylist()
 
 
+
+def test_ranks_sharing_a_trace_keep_their_own_single_member_groups_and_the_job_simulates(tmp_path):
+    # TP 4 x DP 1 as Megatron builds it: the world, then two single-member groups per rank (its DP and its
+    # PP group, each of degree 1), interleaved across ranks, so they form no partition. Ranks 1-3 share
+    # rank 3's trace, whose gradient all-reduce runs on its DP group, ["7"] = [3].
+    from emulator.bench.synthetic import TraceBuilder, write_job
+    from emulator.pipeline import predict_from_trace
+
+    groups = [{"name": "0", "ranks": [0, 1, 2, 3]}]
+    for r in range(4):
+        groups += [{"name": str(len(groups)), "ranks": [r]}, {"name": str(len(groups) + 1), "ranks": [r]}]
+    own_dp = {r: str(1 + 2 * r) for r in range(4)}  # "1", "3", "5", "7"
+
+    def rank_trace(r):
+        b = TraceBuilder(r)
+        for it in range(3):
+            b.iteration, b.phase = it, "forward"
+            b.mm(1024, 1024, 1024)
+            b.collective("c10d::allreduce_", "0", [0, 1, 2, 3], 2**20)  # the TP all-reduce
+            b.phase = "backward"
+            b.mm(1024, 1024, 1024)
+            b.collective("c10d::allreduce_", own_dp[r], [r], 2**22)  # the gradients, over a DP group of one
+        return b.table()
+
+    out = write_job(tmp_path / "out", {0: rank_trace(0), 3: rank_trace(3)}, world_size=4, groups=groups,
+                    rank_map={"0": 0, "1": 3, "2": 3, "3": 3})
+    rep = rank_trace(3)
+    for rank in (1, 2):
+        names = expand_rank(rep, 3, rank, groups).column("group").to_pylist()
+        assert own_dp[rank] in names and own_dp[3] not in names
+    pred = predict_from_trace(out, roofline_only=True)  # stopped with KeyError: CollectiveKey(group='7', seq=0)
+    assert pred.hang is None and pred.iteration_time_s > 0
+
 def test_expand_rank_without_groups_shifts_peers():
     rep = _rows(0, [dict(kind="p2p", op="c10d::send", peer=1, group="0", group_ranks=[0, 1, 2, 3])])
     out = expand_rank(rep, 0, 3, [{"name": "0", "ranks": [0, 1, 2, 3]}])
