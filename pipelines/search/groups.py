@@ -8,6 +8,7 @@ search space whose `[[points]]` are its measured layouts, with the layout flags 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
 
@@ -107,6 +108,15 @@ def program_path(name: str = "imitation") -> str:
     if name not in PROGRAMS:
         raise ValueError(f"unknown validation program {name!r}: choose from {', '.join(PROGRAMS)}")
     return str(REPO_ROOT / PROGRAMS[name])
+
+
+def require_program(name: str) -> str:
+    """`program_path(name)`, once what the program imports is here: megatron-core is a test-time extra."""
+    path = program_path(name)
+    if name == "megatron-core" and importlib.util.find_spec("megatron") is None:
+        raise ValueError("the megatron-core program needs megatron-core, which is not installed in this "
+                         "environment: `make test-frameworks` installs it")
+    return path
 
 
 PROGRAM = program_path()

@@ -14,7 +14,7 @@ from emulator.core.settings import warehouse_root
 from emulator.search.store import Store
 from pipelines.search.efficiency import parts, run_efficiency
 from pipelines.search.evaluate import DEFAULT_MULTI, DEFAULT_SINGLE, METHODS, evaluate_group, select_groups, summarize
-from pipelines.search.groups import program_path
+from pipelines.search.groups import require_program
 from pipelines.validation.holdout import HoldoutMissingError
 from pipelines.validation.runner import ensure_predictors
 
@@ -60,7 +60,7 @@ def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficienc
     """`program` names the validation program every ranking trial runs (`pipelines.validation.holdout.PROGRAMS`);
     its report goes to `search/eval` for the imitation, `search/eval-<program>` otherwise."""
     console = console or Console()
-    program_path(program)  # an unknown name stops here, before any trial
+    require_program(program)  # an unknown or uninstalled program stops here, before any trial
     out_dir = Path(out_dir or warehouse_root() / "search" / ("eval" if program == "imitation" else f"eval-{program}"))
     out_dir.mkdir(parents=True, exist_ok=True)
     store = Store()

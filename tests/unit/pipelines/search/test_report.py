@@ -6,7 +6,7 @@ import io
 import pytest
 from rich.console import Console
 
-from pipelines.search import report
+from pipelines.search import groups, report
 
 
 class _Group:
@@ -45,7 +45,7 @@ def test_each_part_gets_its_predictors_before_any_trial_and_a_failure_is_a_note(
     assert "could not get predictors for a100-80gb" in out.getvalue()
 
 
-def test_the_program_choice_reaches_every_trial_and_an_unknown_one_stops_before_any(tmp_path, monkeypatch):
+def test_the_program_reaches_every_trial_and_an_unknown_or_uninstalled_one_stops_before_any(tmp_path, monkeypatch):
     programs = []
     monkeypatch.setattr(report, "select_groups", lambda *a: [_Group("g1", "a100-80gb")])
     monkeypatch.setattr(report, "ensure_predictors", lambda gpu, runs_dir: None)
@@ -55,6 +55,13 @@ def test_the_program_choice_reaches_every_trial_and_an_unknown_one_stops_before_
     with pytest.raises(ValueError, match="unknown validation program 'megatron'"):
         report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path, program="megatron")
     assert programs == []
+    installed = {"megatron": None}
+    monkeypatch.setattr(groups.importlib.util, "find_spec", lambda name, *a: installed.get(name, object()))
+    with pytest.raises(ValueError, match="needs megatron-core, which is not installed"):
+        report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path,
+                        program="megatron-core")
+    assert programs == []
+    installed["megatron"] = object()
     with pytest.raises(KeyboardInterrupt):
         report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path,
                         program="megatron-core")
