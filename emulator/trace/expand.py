@@ -79,9 +79,8 @@ class RankMapping:
         representative's; a name of its own when there is none (a collective on it moves nothing, but
         two ranks must never issue it under one group name)."""
         mine, theirs = self.index.singles.get(self.rep_rank, []), self.index.singles.get(self.rank, [])
-        if name is not None and str(name) in mine and mine.index(str(name)) < len(theirs):
-            return theirs[mine.index(str(name))], (self.rank,)
-        return f"{name}@{self.rank}", (self.rank,)
+        at = mine.index(str(name)) if name is not None and str(name) in mine else len(theirs)
+        return (theirs[at] if at < len(theirs) else f"{name}@{self.rank}"), (self.rank,)
 
     def _map_peer(self, peer: int) -> int:
         rep_rank, rank, world_size = self.rep_rank, self.rank, self.index.world_size

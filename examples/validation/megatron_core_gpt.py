@@ -25,8 +25,8 @@ It needs CUDA (megatron-core's p2p and DDP assume it): run it on GPUs or under `
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
 import time
 
 import torch
@@ -39,38 +39,17 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron_gpt import parse_args as validation_args
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--ffn", type=int, default=None, help="MLP width (default 4 x hidden)")
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=50257)
-    p.add_argument("--pad-vocab-to", type=int, default=1,
-                   help="pad the vocabulary to a multiple of this x TP (Megatron uses 128)")
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--pp", type=int, default=1)
-    p.add_argument("--micro-batch", type=int, default=2)
-    p.add_argument("--global-batch", type=int, default=None, help="default: micro-batch x DP (no accumulation)")
-    p.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32")
-    p.add_argument("--half-params", action="store_true", help="Megatron's --fp16/--bf16 (needs --dtype fp16|bf16)")
-    p.add_argument("--attention", choices=("eager",), default="eager",
-                   help="megatron-core's local attention (the only one without Transformer Engine)")
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--checkpoint", action="store_true", help="full activation recomputation of every layer")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--lr", type=float, default=1e-4)
-    a = p.parse_args(argv)
-    a.ffn = a.ffn or 4 * a.hidden
+    """`megatron_gpt.py`'s command line, less what megatron-core has no path for."""
+    a = validation_args(argv, attention=("eager",), description=__doc__.split("\n\n")[0])
     if a.dtype != "fp32" and not a.half_params:
-        p.error("megatron-core trains in half precision only as Megatron's --fp16/--bf16: add --half-params")
-    if a.half_params and a.dtype == "fp32":
-        p.error("--half-params needs --dtype fp16 or bf16")
-    multiple = a.pad_vocab_to * a.tp
-    a.vocab = -(-a.vocab // multiple) * multiple
+        sys.exit("megatron_core_gpt.py: error: megatron-core trains in half precision only as Megatron's "
+                 "--fp16/--bf16: add --half-params")
+    if a.forward_backward_only:
+        sys.exit("megatron_core_gpt.py: error: --forward-backward-only is the imitation's (megatron_gpt.py) only")
     return a
 
 

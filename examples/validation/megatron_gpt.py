@@ -186,8 +186,10 @@ def stage_layers(layers: int, pp: int, stage: int) -> range:
 
 
 # ----------------------------------------------------------------------------- training
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
+    """The validation programs' command line; `megatron_core_gpt.py` parses the same one, with its own
+    attention choices (the first is the default)."""
+    p = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--heads", type=int, default=8)
@@ -203,7 +205,7 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     p.add_argument("--half-params", action="store_true",
                    help="with fp16/bf16: Megatron-style half-precision model with fp32 main weights (no autocast)")
-    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
+    p.add_argument("--attention", choices=attention, default=attention[0])
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing of every block")
     p.add_argument("--steps", type=int, default=5)
