@@ -65,7 +65,10 @@ def test_cuda_graph_modes_replay_the_compiled_graphs_with_one_launch_each(tmp_pa
     # one host call per replay: no kernel after a replay's first carries a gap of its own
     first = replayed.groupby("graph_replay").head(1).index
     assert (replayed.drop(index=first).host_gap_s == 0).all()
-    assert (k.host_gap_s > 0).sum() < 0.1 * (plain.host_gap_s > 0).sum()
+    # the host launches a step's work in a handful of calls: the two replays and the eager code around them
+    # (counted, not read from the host gaps, whose zero/non-zero split moves with this machine's speed)
+    launches = replayed.graph_replay.nunique() + k.graph_replay.isna().sum()
+    assert launches < 0.1 * len(plain)
     # only the batch and the loss's gradient are copied into the graphs' static inputs (a tree keeps the saved
     # activations in its pool and hands the gradients to autograd without a clone per parameter)
     copies = k[(k.op == "aten::copy_") & k.graph_replay.isna()]
