@@ -231,11 +231,13 @@ def _grids(device: torch.device) -> dict:
                     vocab=[32000, 128256], tokens=[4096, 32768], emb_dims=[2048, 4096],
                     n_tensors=[16, 64], numels=[2**16, 2**20, 2**24],
                     memcpy=[2**10, 2**16, 2**20, 2**24, 2**28])
-    # CPU: enough attention configurations (x causal x fwd/bwd) for the family to reach the trainer's
-    # MIN_FAMILY_ROWS on its own; with three, SDPA on the CPU was the roofline's
+    # CPU: enough attention configurations (x causal) that each element size keeps MIN_SEEN_ROWS training rows
+    # per op after the held-out shape groups leave (maya_models.kernels): with nine (18 per dtype and op),
+    # every SDPA call on the CPU was the roofline's, at a third to a quarter of its measured time
     return dict(gemm=[64, 256, 512, 1024], attn=[(1, 4, 128, 64), (2, 8, 256, 64), (1, 8, 512, 64), (4, 8, 128, 32),
                                                  (2, 4, 512, 32), (1, 12, 256, 64), (2, 8, 1024, 16), (4, 4, 256, 16),
-                                                 (1, 2, 2048, 64)],
+                                                 (1, 2, 2048, 64), (8, 4, 128, 32), (2, 8, 512, 32), (4, 8, 256, 32),
+                                                 (1, 16, 256, 64), (2, 2, 1024, 64), (4, 12, 128, 64), (8, 8, 64, 64)],
                 rows=[256, 2048], hidden=[256, 1024], sm_rows=[256, 1024], sm_cols=[1024, 8192],
                 vocab=[8192, 32000], tokens=[512, 4096], emb_dims=[256, 768],
                 n_tensors=[4, 16], numels=[2**12, 2**16], memcpy=[2**12, 2**16, 2**20, 2**24])
