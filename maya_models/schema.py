@@ -76,7 +76,7 @@ TIMINGS = {
     "host_timer": "a host clock around a synchronous call (maya-bench on the CPU)",
     "in_situ_forward": "kernel durations from a profiler trace of a model's forward pass (vidur)",
     "in_inference": "kernel durations from a profiler trace of an inference run (TraceLens)",
-    "in_training": "kernel durations from a profiler trace of training steps (HTA)",
+    "in_training": "op durations from a profile of training steps (HTA traces on GPUs, `maya profile` on the CPU)",
     "sustained": "back-to-back iterations long enough to reach the power-limited clock (MAMF)",
     "nccl_tests": "nccl-tests timings",
 }

@@ -74,7 +74,8 @@ def _nvml_names() -> list[str]:
         return []
 
 
-def run_config(gpu: str, budget_s: float | None, traces: list[str], collective_budget_s: float | None) -> dict:
+def run_config(gpu: str, budget_s: float | None, traces: list[str], collective_budget_s: float | None,
+               in_training_budget_s: float | None = None) -> dict:
     kcfg: dict = {}
     if budget_s:
         kcfg["budget_s"] = float(budget_s)
@@ -83,12 +84,14 @@ def run_config(gpu: str, budget_s: float | None, traces: list[str], collective_b
     ccfg: dict = {}
     if collective_budget_s:
         ccfg["budget_s"] = float(collective_budget_s)
-    return {"ops": {"kernel_benchmarks": {"config": kcfg}, "collective_benchmarks": {"config": ccfg}},
+    icfg = {"budget_s": float(in_training_budget_s)} if in_training_budget_s else {}
+    return {"ops": {"kernel_benchmarks": {"config": kcfg}, "collective_benchmarks": {"config": ccfg},
+                    "in_training_benchmarks": {"config": icfg}},
             "loggers": {"console": {"config": {"log_level": os.environ.get("MAYA_LOG_LEVEL", "INFO")}}}}
 
 
 def calibrate(gpu: str, *, budget_s: float | None = None, traces: list[str] = (), collective_budget_s=None,
-              skip_predictors: bool = False, root: Path | None = None):
+              skip_predictors: bool = False, root: Path | None = None, in_training_budget_s: float | None = None):
     """Materialise the chain for `gpu`; returns the Dagster result (raises nothing on failed steps)."""
     import dagster as dg
 
@@ -105,7 +108,7 @@ def calibrate(gpu: str, *, budget_s: float | None = None, traces: list[str] = ()
     assets = CALIBRATION_ASSETS if skip_predictors else CALIBRATION_ASSETS + PREDICTOR_ASSETS
     return dg.materialize([*assets, *WAREHOUSE_CHECKS], partition_key=gpu, instance=instance, raise_on_error=False,
                           resources={"warehouse_store": WarehouseResource(root=str(root))},
-                          run_config=run_config(gpu, budget_s, list(traces), collective_budget_s),
+                          run_config=run_config(gpu, budget_s, list(traces), collective_budget_s, in_training_budget_s),
                           tags={"maya/gpu": gpu})
 
 
@@ -140,6 +143,8 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", required=True, help="maya GPU key of the local part, or 'cpu'")
     p.add_argument("--budget-s", type=float, default=None, help="time budget of the kernel sweep (seconds)")
     p.add_argument("--collective-budget-s", type=float, default=None)
+    p.add_argument("--in-training-budget-s", type=float, default=None,
+                   help="CPU: seconds of in-training profiles (real training steps, every op timed; default 600)")
     p.add_argument("--traces", nargs="*", default=[], help="emulation output folders to benchmark first")
     p.add_argument("--skip-predictors", action="store_true", help="measure only; do not train/publish")
     a = p.parse_args(argv)
@@ -163,7 +168,7 @@ def main(argv=None) -> int:
     try:
         with partition_lock(warehouse_root(), gpu):
             result = calibrate(gpu, budget_s=a.budget_s, traces=a.traces, collective_budget_s=a.collective_budget_s,
-                               skip_predictors=a.skip_predictors)
+                               skip_predictors=a.skip_predictors, in_training_budget_s=a.in_training_budget_s)
     except PartitionBusy as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BUSY

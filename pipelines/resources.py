@@ -79,5 +79,13 @@ class CollectiveBenchConfig(dg.Config):
     run_id: str = ""
 
 
+class InTrainingBenchConfig(dg.Config):
+    """Run config of `in_training_benchmarks` (CPU only): which calibration programs, for how long."""
+
+    budget_s: float = 600.0  # programs started after this many seconds wait for the next run (resumable)
+    only: str = ""  # only the programs whose name contains this (pipelines.runners.in_training.PROGRAMS)
+    run_id: str = ""
+
+
 def budget(config_value: float, defaults: dict, gpu: str) -> float:
     return config_value if config_value > 0 else defaults["cpu" if gpu == "cpu" else "gpu"]

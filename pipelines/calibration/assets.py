@@ -1,7 +1,8 @@
 """Calibration assets, one partition per GPU type: measure the device, gather the public data, build the views.
 
     hardware ─┬─ kernel_benchmarks ─────┐
-              └─ collective_benchmarks ─┼─ warehouse  (checks: pipelines.calibration.checks)
+              ├─ collective_benchmarks ─┤
+              └─ in_training_benchmarks ┼─ warehouse  (checks: pipelines.calibration.checks)
     reference_measurements ─────────────┘
 
 Benchmarks run the bare-node runners in subprocesses (`pipelines.launch`) and return their
@@ -17,6 +18,7 @@ from pipelines.resources import (
     DEFAULT_KERNEL_BUDGET_S,
     GPU_PARTITIONS,
     CollectiveBenchConfig,
+    InTrainingBenchConfig,
     KernelBenchConfig,
     WarehouseResource,
     budget,
@@ -87,6 +89,29 @@ def collective_benchmarks(context: dg.AssetExecutionContext, config: CollectiveB
     return dg.MaterializeResult(metadata=to_metadata(s))
 
 
+@dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, deps=[hardware], kinds={"pytorch"}, pool=TIMING_POOL)
+def in_training_benchmarks(context: dg.AssetExecutionContext, config: InTrainingBenchConfig,
+                           warehouse_store: WarehouseResource) -> dg.MaterializeResult:
+    """Every op of real training steps, timed where it ran (`pipelines.runners.in_training`): the CPU's
+    in-training rows beside its isolated ones. A GPU partition's come from public profiler traces
+    (`maya_models.reference.kineto`), so there this step measures nothing."""
+    from emulator.core.hardware import get_gpu
+
+    gpu = context.partition_key
+    if not get_gpu(gpu).is_cpu:
+        return dg.MaterializeResult(metadata={"skipped": "GPU partitions take their in-training rows from "
+                                                         "public profiler traces (reference_measurements)"})
+    root = warehouse_store.path()
+    base, _ = launch.current_run_id(root, gpu, config.run_id)
+    args = ["--gpu", gpu, "--run-id", f"{base}-in-training", "--root", str(root),
+            "--budget-s", str(config.budget_s)]
+    if config.only:
+        args += ["--only", config.only]
+    s = launch.run_runner("in_training", args, timeout_s=config.budget_s * 3 + 900, log=context.log.info,
+                          context=context)
+    return dg.MaterializeResult(metadata=to_metadata(s))
+
+
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"parquet"}, pool=WAREHOUSE_POOL)
 def reference_measurements(context: dg.AssetExecutionContext,
                            warehouse_store: WarehouseResource) -> dg.MaterializeResult:
@@ -104,7 +129,8 @@ def reference_measurements(context: dg.AssetExecutionContext,
 
 
 @dg.asset(partitions_def=GPU_PARTITIONS, group_name=GROUP, kinds={"duckdb"},
-          deps=[kernel_benchmarks, collective_benchmarks, reference_measurements], pool=WAREHOUSE_POOL)
+          deps=[kernel_benchmarks, collective_benchmarks, in_training_benchmarks, reference_measurements],
+          pool=WAREHOUSE_POOL)
 def warehouse(context: dg.AssetExecutionContext, warehouse_store: WarehouseResource) -> dg.MaterializeResult:
     """DuckDB views over the Parquet measurements (the quality checks are `pipelines.calibration.checks`).
 
@@ -134,4 +160,5 @@ def warehouse(context: dg.AssetExecutionContext, warehouse_store: WarehouseResou
                   "counts": dg.MetadataValue.json([list(map(str, c)) for c in counts])})
 
 
-CALIBRATION_ASSETS = [hardware, kernel_benchmarks, collective_benchmarks, reference_measurements, warehouse]
+CALIBRATION_ASSETS = [hardware, kernel_benchmarks, collective_benchmarks, in_training_benchmarks,
+                      reference_measurements, warehouse]

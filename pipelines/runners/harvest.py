@@ -36,13 +36,14 @@ def harvest(folders, origin_prefix: str = "trace") -> list[Signature]:
         for f in files:
             table = pq.read_table(f, columns=[c for c in _COLUMNS if c in pq.read_schema(f).names])
             for row in table.to_pylist():
-                sig = _signature(row, f"{origin_prefix}:{Path(folder).name}")
+                sig = signature_of_row(row, f"{origin_prefix}:{Path(folder).name}")
                 if sig is not None and sig.key not in out:
                     out[sig.key] = sig
     return list(out.values())
 
 
-def _signature(row: dict, origin: str) -> Signature | None:
+def signature_of_row(row: dict, origin: str) -> Signature | None:
+    """The timed signature a trace row records (None for rows no benchmark times: views, host calls, ...)."""
     kind, op = row.get("kind"), row.get("op") or ""
     if kind not in TIMED_KINDS:
         return None

@@ -58,6 +58,10 @@ def cpu_cases(quick: bool = False) -> list[Case]:
              "megatron_gpt hidden 512, TP=2"),
         _cpu("megatron-pp2-mb8", "examples/validation/megatron_gpt.py", 2,
              [*_MEGATRON, "--pp", "2", "--global-batch", "32"], "megatron_gpt PP=2, 8 micro-batches (1F1B)"),
+        # FSDP2 at twice the width and sequence of fsdp2-2 (added before its prediction was looked at)
+        _cpu("fsdp2-2-wide-long", "examples/fsdp2.py", 2,
+             [*_EXAMPLE[:2], "--d-model", "512", *_EXAMPLE[4:10], "--seq-len", "256", *_EXAMPLE[12:]],
+             "examples/fsdp2.py hidden 512, seq 256, FSDP2 over 2 (gloo)"),
     ]
     return cases[:3] if quick else cases
 

@@ -25,12 +25,12 @@ def test_calibrating_an_absent_gpu_says_so_and_writes_nothing(tmp_path):
 
 def test_cpu_partition_end_to_end(wh, monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME")  # calibrate() puts the Dagster instance under the warehouse
-    result = calibrate("cpu", budget_s=4, collective_budget_s=3, skip_predictors=True)
+    result = calibrate("cpu", budget_s=4, collective_budget_s=3, skip_predictors=True, in_training_budget_s=1)
     assert result.success
     mats = {e.asset_key.to_user_string(): e.metadata for e in result.get_asset_materialization_events()
             for e in [e.event_specific_data.materialization]}
-    assert set(mats) == {"hardware", "kernel_benchmarks", "collective_benchmarks", "reference_measurements",
-                         "warehouse"}
+    assert set(mats) == {"hardware", "kernel_benchmarks", "collective_benchmarks", "in_training_benchmarks",
+                         "reference_measurements", "warehouse"}
     assert mats["hardware"]["nvml_available"].value is False  # recorded as unavailable, no crash
     assert mats["reference_measurements"]["rows"].value > 100_000
     evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
@@ -49,6 +49,12 @@ def test_cpu_partition_end_to_end(wh, monkeypatch):
     finally:
         con.close()
     assert sources["maya-bench"] == len(mine) and sources["aiconfigurator"] > 0
+    # the first calibration program's real training steps, every op timed where it ran (one, within 1 s)
+    steps = read_measurements(gpu="cpu", source="maya-in-training", root=wh)
+    assert mats["in_training_benchmarks"]["chunks_written"].value == 1 and len(steps) == sources["maya-in-training"]
+    assert (steps["timing"] == "in_training").all() and (steps["duration_s"] > 0).all()
+    assert {"gemm", "elementwise", "softmax_loss"} <= set(steps["family"])
+    assert steps["provenance"].str.startswith("maya profile ").all()
     assert (wh / "hardware" / "gpu=cpu").is_dir() and (wh / "dagster_home").is_dir()
     assert not (wh / "runs" / "gpu=cpu" / "pending.json").exists()  # the run is closed
 

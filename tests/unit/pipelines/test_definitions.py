@@ -11,8 +11,9 @@ from pipelines.runners import kernels
 def test_definitions_load_with_the_whole_chain():
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert {"hardware", "kernel_benchmarks", "collective_benchmarks", "reference_measurements", "warehouse",
-            "kernel_predictor", "collective_predictor", "published_predictors"} <= keys
+    assert {"hardware", "kernel_benchmarks", "collective_benchmarks", "in_training_benchmarks",
+            "reference_measurements", "warehouse", "kernel_predictor", "collective_predictor",
+            "published_predictors"} <= keys
     checks = {c.name for c in repo.asset_graph.asset_check_keys}
     assert {"positive_times", "no_duplicate_signatures", "noise", "clock_stability", "family_coverage",
             "parquet_integrity"} <= checks
