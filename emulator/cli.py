@@ -512,14 +512,17 @@ def calibrate(
     budget_s: float = typer.Option(None, "--budget-s", help="time budget of the kernel sweep (seconds)"),
     collective_budget_s: float = typer.Option(None, "--collective-budget-s",
                                               help="time budget of the collective sweep (seconds)"),
+    in_training_budget_s: float = typer.Option(
+        None, "--in-training-budget-s",
+        help="CPU: seconds of in-training profiles (real training steps, every op timed; default 600)"),
     traces: list[Path] = typer.Option(None, "--traces",
                                       help="an emulation output folder whose ops are benchmarked first (repeatable)"),
     skip_predictors: bool = typer.Option(False, "--skip-predictors", help="measure only; do not train/publish"),
 ):
     """Measure the local device, train and publish its predictors (the Dagster chain)."""
     raise typer.Exit(_call("pipelines.calibrate", gpu=_gpu(gpu).key, budget_s=budget_s,
-                           collective_budget_s=collective_budget_s, traces=list(traces or []),
-                           skip_predictors=skip_predictors))
+                           collective_budget_s=collective_budget_s, in_training_budget_s=in_training_budget_s,
+                           traces=list(traces or []), skip_predictors=skip_predictors))
 
 
 models = typer.Typer(no_args_is_help=True, rich_markup_mode=None,

@@ -68,11 +68,14 @@ def _megatron(hidden: int, layers: int, heads: int, seq: int, vocab: int, mb: in
 
 
 # One process, DDP, FSDP2 and Megatron-style TP over two: the conditions a CPU rank trains in (alone, or beside
-# a second rank and its gloo threads). Widths 320/384/448, sequences 160-384 and vocabularies 2-8k are none of
-# the validation cases'.
+# a second rank and its gloo threads). Widths 320-576, sequences 160-384 and vocabularies 2-8k are none of the
+# validation cases'. The width-576 pair gives activations of 5-7 MB: the page-fault cost grows with the bytes an
+# op writes, and with only narrower programs no in-training row had an output past 3 MB.
 PROGRAMS = (
     Program("gpt-single-d384", "examples/gpt_single.py", 1, _gpt(384, 3, 6, 192, 6144, 3)),
     Program("gpt-single-d320-s384", "examples/gpt_single.py", 1, _gpt(320, 2, 5, 384, 8192, 2)),
+    Program("gpt-single-d576-s384", "examples/gpt_single.py", 1, _gpt(576, 2, 9, 384, 4096, 2)),
+    Program("fsdp2-d576", "examples/fsdp2.py", 2, _gpt(576, 2, 9, 320, 3072, 2)),
     Program("ddp-d320", "examples/ddp.py", 2, _gpt(320, 3, 5, 160, 5120, 4)),
     Program("ddp-d448", "examples/ddp.py", 2, _gpt(448, 2, 7, 128, 2048, 3)),
     Program("fsdp2-d384", "examples/fsdp2.py", 2, _gpt(384, 3, 6, 320, 3072, 2)),

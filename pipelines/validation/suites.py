@@ -62,6 +62,12 @@ def cpu_cases(quick: bool = False) -> list[Case]:
         _cpu("fsdp2-2-wide-long", "examples/fsdp2.py", 2,
              [*_EXAMPLE[:2], "--d-model", "512", *_EXAMPLE[4:10], "--seq-len", "256", *_EXAMPLE[12:]],
              "examples/fsdp2.py hidden 512, seq 256, FSDP2 over 2 (gloo)"),
+        # DDP at width 640, seq 256 (added with the in-training calibration programs, before its prediction
+        # was looked at: activations of 5 MB and more, past the first programs' outputs)
+        _cpu("ddp-2-wide-long", "examples/ddp.py", 2,
+             [*_EXAMPLE[:2], "--d-model", "640", "--layers", "4", "--heads", "10", "--kv-heads", "10",
+              "--seq-len", "256", "--vocab", "4096", "--batch-size", "2", "--dtype", "float32"],
+             "examples/ddp.py hidden 640, seq 256, DDP over 2 (gloo)"),
     ]
     return cases[:3] if quick else cases
 
