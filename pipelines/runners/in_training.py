@@ -2,13 +2,11 @@
 
 The kernel runner times an op alone, call after call on memory the allocator hands straight back. A
 training step does not: between two calls of an op the step frees activations, the C library returns
-whole freed regions to the kernel, and the next large output lands on pages that fault on first touch.
-Measured on a 2-core VM (`python -m pipelines.runners.in_training --conditions`): `nll_loss_backward`
-on [512, 4096] fp32 takes 0.19 ms warm and 3.5 ms on fresh memory, and 3.3 ms (median) in the steps
-of a GPT training run; a [512, 256] x [256, 4096] GEMM, whose output the allocator happened to reuse,
-took the same in the step as alone. Which outputs fault depends on the allocator's history, so the
-difference is learned, not computed: these rows carry `timing = in_training` (the predictors'
-`in_situ` feature) beside the isolated `host_timer` rows of the same ops.
+whole freed regions to the kernel, and the next large output lands on pages that fault on first touch
+(`--conditions` below times a few ops both ways). Which outputs fault depends on the allocator's history
+(an output the allocator happens to reuse costs its warm time), so the difference is learned, not
+computed: these rows carry `timing = in_training` (the predictors' `in_situ` feature) beside the
+isolated `host_timer` rows of the same ops.
 
 The programs are ordinary training scripts at shapes and layouts that no validation case uses
 (`pipelines.validation.suites`), so the validation's CPU table stays an out-of-sample check. Each
@@ -85,30 +83,38 @@ PROGRAMS = (
 )
 
 
+def profiled_steady_iterations(ids) -> list[int]:
+    """The iterations of a `maya profile` trace whose per-op times are a training step's: from id 1 to the one
+    before the last. Id -1 holds the set-up and the first step, the last may be cut short, and id 0 still
+    carries warm-up (DDP rebuilds its buckets after the first step, the profiler's first full iteration
+    records every signature anew): its kernels can take twice the later iterations'."""
+    ids = sorted(set(ids))
+    return [i for i in ids if 1 <= i < ids[-1]] if ids else []
+
+
 def rows_from_profile(folder: Path, base: dict, provenance: str) -> list[dict]:
     """One measurement row per timed signature of the profile's steady iterations (median of its calls)."""
     import pyarrow.parquet as pq
 
     from pipelines.runners.harvest import signature_of_row, trace_files
+    from pipelines.runners.timing import Timing, summarize
 
     calls: dict[str, tuple[object, list[float]]] = {}
     for f in trace_files(folder):
         table = pq.read_table(f).to_pylist()
-        last = max((r["iteration"] for r in table), default=0)
+        steady = set(profiled_steady_iterations(r["iteration"] for r in table))
         for row in table:
             d = row.get("duration_s")
-            if not (1 <= row["iteration"] < last) or d is None or not d > 0:
-                continue  # warm-up, set-up and the last (possibly cut) iteration stay out
+            if row["iteration"] not in steady or d is None or not d > 0:
+                continue
             sig = signature_of_row(row, f"in_training:{folder.name}")
             if sig is not None:
                 calls.setdefault(sig.key, (sig, []))[1].append(float(d))
     rows = []
     for sig, ds in calls.values():
-        med = statistics.median(ds)
-        rows.append({**base, **sig.row_columns(), "provenance": provenance, "duration_s": med,
-                     "duration_min_s": min(ds), "spread": (max(ds) - min(ds)) / med, "repeats": len(ds),
-                     "status": "ok", "error": None, "clock_mhz": None, "clock_drop": False, "power_w": None,
-                     "timing": "in_training", "measured_at": common.now()})
+        med, fastest, spread = summarize(ds)
+        t = Timing(median_s=med, min_s=fastest, spread=spread, repeats=len(ds), timing="in_training")
+        rows.append({**base, **sig.row_columns(), "provenance": provenance, **common.timing_columns(t)})
     return rows
 
 

@@ -11,37 +11,29 @@ the profiled one (the mean over its steady iterations).
 from __future__ import annotations
 
 import argparse
-import glob
 from pathlib import Path
 
-import pandas as pd
-
-
-def _rank_frames(case: Path, folder: str) -> dict[int, pd.DataFrame]:
-    out = {}
-    for d in sorted((case / folder / "trace").glob("rank=*")):
-        files = glob.glob(str(d / "*.parquet"))
-        if files:
-            out[int(d.name.split("=")[1])] = pd.concat([pd.read_parquet(f) for f in files])
-    return out
+from emulator.trace.io import read_traces
+from pipelines.runners.in_training import SOURCE, profiled_steady_iterations
 
 
 def kernel_times(case: Path, predictors: dict) -> dict[str, float] | None:
-    """{predictor name: predicted kernel seconds, "measured": profiled kernel seconds} (slowest rank)."""
-    emu, real = _rank_frames(case, "emulate"), _rank_frames(case, "profile-ops")
-    if not emu or not real:
+    """{predictor name: predicted kernel seconds, "measured": profiled kernel seconds} (slowest rank): the
+    emulation's last full iteration against the profile's steady iterations, chosen as the in-training rows'
+    (`profiled_steady_iterations`)."""
+    emu_dir, prof_dir = case / "emulate", case / "profile-ops"
+    if not (emu_dir / "trace").is_dir() or not (prof_dir / "trace").is_dir():
         return None
+    emu, real = read_traces(emu_dir), read_traces(prof_dir)
     tot: dict[str, list[float]] = {}
-    for r, e in emu.items():
-        if r not in real:
-            continue
-        it = sorted(e.iteration.unique())[-2]  # the last full iteration
-        e = e[(e.iteration == it) & (e.kind == "kernel")].reset_index(drop=True)
-        p = real[r]
-        p = p[(p.kind == "kernel") & (p.iteration >= 1) & (p.iteration < p.iteration.max())]
+    for r in emu.keys() & real.keys():
+        e, p = emu[r].to_pandas(), real[r].to_pandas()
+        e = e[(e.iteration == sorted(e.iteration.unique())[-2]) & (e.kind == "kernel")].reset_index(drop=True)
+        steady = profiled_steady_iterations(p.iteration.unique())
+        p = p[(p.kind == "kernel") & p.iteration.isin(steady)]
         for name, pred in predictors.items():
             tot.setdefault(name, []).append(float(pred.predict(e)["duration_s"].sum()))
-        tot.setdefault("measured", []).append(float(p.duration_s.sum()) / max(p.iteration.nunique(), 1))
+        tot.setdefault("measured", []).append(float(p.duration_s.sum()) / len(steady))
     return {k: max(v) for k, v in tot.items()} if tot else None
 
 
@@ -49,7 +41,6 @@ def main(argv=None) -> int:
     from emulator.core.settings import warehouse_root
     from maya_models.train import train_kernel_predictor
     from maya_models.warehouse import read_measurements
-    from pipelines.runners.in_training import SOURCE
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default=None, help="validation runs folder (default <warehouse>/validation/runs)")
