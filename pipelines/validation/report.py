@@ -11,6 +11,7 @@ fresh run, a cached one, or a hand-made table in a test. Outputs go to one folde
 from __future__ import annotations
 
 import io
+import statistics
 from pathlib import Path
 
 from emulator.core.files import atomic_write_bytes
@@ -38,7 +39,8 @@ def row_for(case, result, llm_analysis_s: float | None = None, llm_analysis_note
            "wall_s": result.wall_s, "breakdown_s": getattr(result, "breakdown", {}),
            "roofline_sim_s": getattr(result, "roofline_sim_s", None), "load_avg": getattr(result, "load_avg", None),
            "device_time_by_family": getattr(result, "device_time_by_family", {}),
-           "measured_by_family": getattr(result, "measured_by_family", {})}
+           "measured_by_family": getattr(result, "measured_by_family", {}),
+           "measured_runs_s": getattr(result, "measured_runs_s", []) if case.source == "cpu" else []}
     add_errors(row)
     return row
 
@@ -90,13 +92,32 @@ def _split(row: dict) -> str:
     return f"{_secs(b.get('host'))} / {_secs(b.get('compute'))}"
 
 
+def _measured(row: dict) -> str:
+    """The measured time, and each timing run's own median where there were several (CPU cases)."""
+    runs = row.get("measured_runs_s") or []
+    cell = _secs(row["measured_s"])
+    return cell if len(runs) < 2 else f"{cell} ({' / '.join(_secs(r) for r in runs)})"
+
+
+def measurement_drift(rows: list[dict]) -> str:
+    """A line on how far each case's timing runs moved apart: the noise the measured side itself carries."""
+    moved = sorted(max(r["measured_runs_s"]) / min(r["measured_runs_s"]) - 1 for r in rows
+                   if len(r.get("measured_runs_s") or []) >= 2 and min(r["measured_runs_s"]) > 0)
+    if not moved:
+        return ""
+    return (f"\nMeasurement drift: each case was timed twice (before its emulation and the calibration, and after "
+            f"its prediction); the two runs' medians differ by a median {pct(statistics.median(moved))}, at most "
+            f"{pct(moved[-1])} ({len(moved)} cases). An error smaller than that is within this machine's own "
+            f"noise.\n")
+
+
 def markdown_table(rows: list[dict]) -> str:
     head = ("| case | GPUs | config | measured | maya | error | maya host / device | roofline | error "
             "| llm-analysis | error | learned | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         status = "OOM" if r.get("oom") else ("failed" if r.get("predicted_s") is None and r.get("error") else "ok")
-        lines.append(f"| {r['name']} | {r['world_size']}x{r['gpu']} | {r['note']} | {_secs(r['measured_s'])} "
+        lines.append(f"| {r['name']} | {r['world_size']}x{r['gpu']} | {r['note']} | {_measured(r)} "
                      f"| {_secs(r['predicted_s'])} | {pct(r['maya_error'], True)} | {_split(r)} "
                      f"| {_secs(r['roofline_s'])} "
                      f"| {pct(r['roofline_error'], True)} | {_secs(r['llm_analysis_s'])} "
@@ -164,6 +185,7 @@ def render_markdown(report: dict) -> str:
         parts.append(section.get("preamble", "") + "\n")
         parts.append(markdown_table(section["rows"]))
         parts.append("\n" + markdown_summary(section["summary"]))
+        parts.append(measurement_drift(section["rows"]))
         parts.append(host_bound(section["rows"]))
         parts.append(failures(section["rows"]))
         parts.append(budget.markdown(section["rows"], report.get("family_errors") or {}))

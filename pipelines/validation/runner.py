@@ -22,6 +22,7 @@ from pathlib import Path
 
 from emulator.trace.io import read_json, read_summary, read_traces, write_json
 from emulator.trace.summaries import EmulationSummary
+from pipelines.runners.in_training import profiled_steady_iterations
 from pipelines.validation.baselines import BaselineUnavailable, serial_roofline_s, steady_iterations
 from pipelines.validation.budget import measured_by_family
 
@@ -32,6 +33,10 @@ MAYA = [sys.executable, "-m", "emulator.cli"]
 # same-position median over repeated iterations needs two or more, `emulator.hosttime.clip`); with 3 steady
 # iterations the median applies, at no extra wall time (the emulation's start-up dominates).
 GPU_ITERATIONS = 4
+# Optimizer steps a CPU case's plain timing run measures. Why 10 and not the emulation's 4: this machine's
+# speed moves iteration to iteration by 10-15% with no trend after the first (a 12-step run of every CPU
+# case), so the median of 3 steady iterations was itself a noisy sample; 9 steady ones halve that.
+CPU_MEASURED_ITERATIONS = 10
 
 
 @dataclass
@@ -44,7 +49,11 @@ class RunResult:
     roofline_sim_s: float | None = None  # maya's simulator with analytical durations (host gaps included)
     breakdown: dict = field(default_factory=dict)  # prediction.json breakdown_s (compute, host, ...)
     load_avg: float | None = None  # CPU cases: 1-minute load average right after the measurement
-    measured_s: float | None = None  # CPU cases: measured here with `maya profile`
+    measured_s: float | None = None  # CPU cases: measured here with `maya profile` (median of every timing run)
+    # CPU cases: each timing run's median, the one before the emulation and calibration, the one after the
+    # prediction; their difference is this machine's drift over the case, beside the prediction's error
+    measured_runs_s: list = field(default_factory=list)
+    measured_iterations_s: list = field(default_factory=list)  # CPU cases: every steady iteration measured
     oom: bool = False
     coverage: dict = field(default_factory=dict)  # estimator coverage {learned, fallback}
     estimator: dict = field(default_factory=dict)
@@ -207,16 +216,21 @@ def _summary_or_none(out: Path) -> EmulationSummary | None:
 
 # ----------------------------------------------------------------------------- CPU: measured here
 def measured_iteration_s(out: Path) -> float:
-    """Iteration time of a `maya profile` run: the summary's measured iterations when present (per rank,
-    wall time between optimizer steps), else
-    the trace's (host gaps + measured op durations, which on the synchronous CPU device add up to the
-    wall time), slowest rank, median over steady-state iterations."""
+    """Iteration time of a `maya profile` run: the median of its steady iterations (`measured_iterations`)."""
+    return statistics.median(measured_iterations(out))
+
+
+def measured_iterations(out: Path) -> list[float]:
+    """The steady iterations of a `maya profile` run, each the slowest rank's (it sets the pace): from the
+    summary's measured iterations when present (per rank, wall time between optimizer steps), else from
+    the trace (host gaps + measured op durations, which on the synchronous CPU device add up to the wall
+    time). The first iteration (warm-up, set-up) is left out."""
     summary = read_summary(out)
     per_rank = summary.measured_iterations_s  # {rank: [seconds per iteration]}, `--timing-only`
     if per_rank:
-        slowest = [max(v) for v in zip(*per_rank.values(), strict=False)]  # the slowest rank sets the pace
+        slowest = [max(v) for v in zip(*per_rank.values(), strict=False)]
         if slowest:
-            return statistics.median(steady_iterations_values(slowest))
+            return steady_iterations_values(slowest)
     per_iteration: dict[int, float] = {}
     for table in read_traces(out).values():
         df = table.select(["iteration", "host_gap_s", "duration_s"]).to_pandas().fillna(0.0)
@@ -224,12 +238,27 @@ def measured_iteration_s(out: Path) -> float:
             per_iteration[int(it)] = max(per_iteration.get(int(it), 0.0), float(t))
     if not per_iteration:
         raise ValueError(f"{out}: the profile recorded no iterations")
-    steady = steady_iterations(list(per_iteration), summary.iterations_found)
-    return statistics.median(per_iteration[i] for i in steady)
+    return [per_iteration[i] for i in steady_iterations(list(per_iteration), summary.iterations_found)]
 
 
 def steady_iterations_values(values: list[float]) -> list[float]:
     return values[1:] if len(values) > 1 else values
+
+
+def _time_cpu_case(case, folder: Path, name: str, log: Path, timeout_s: float) -> tuple[int, Path]:
+    """One plain timing run of a CPU case (`maya profile --timing-only`, CPU_MEASURED_ITERATIONS steps)."""
+    program = [str(REPO_ROOT / case.program), *case.args, "--steps", str(CPU_MEASURED_ITERATIONS + 1)]
+    rc = _run([*MAYA, "profile", "--timing-only", "--nproc-per-node", str(case.world_size), "--iterations",
+               str(CPU_MEASURED_ITERATIONS), "--out", str(folder / name), *program], log, timeout_s)
+    return rc, folder / name
+
+
+def _add_timing_run(res: RunResult, out: Path) -> None:
+    """Pool a timing run's steady iterations into the case's measurement (raises when it has none)."""
+    its = measured_iterations(out)
+    res.measured_runs_s = [*res.measured_runs_s, statistics.median(its)]
+    res.measured_iterations_s = [*res.measured_iterations_s, *its]
+    res.measured_s = statistics.median(res.measured_iterations_s)
 
 
 def cpu_trace_dir(case, runs_dir: Path) -> Path:
@@ -243,13 +272,14 @@ def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float
 
     The measurement records nothing but iteration boundaries: a full `maya profile` records and
     times every op, which costs more than a small model's own host time and would inflate the
-    "measured" side.
+    "measured" side. It is the first of two timing runs; `predict_cpu_case` makes the second.
 
     Between this and `predict_cpu_case` the validation calibrates the CPU predictors on the shapes
     the emulated traces contain (trace-driven calibration, `pipelines.calibrate --traces`).
     """
     folder = runs_dir / case.name
-    spec = {"kind": "cpu", "case": case.to_dict(), "iterations": iterations}
+    spec = {"kind": "cpu", "case": case.to_dict(), "iterations": iterations,
+            "measured_iterations": CPU_MEASURED_ITERATIONS}
     if not fresh and _cached(folder, spec, "measured.json") is not None:
         return _cached(folder, spec, "measured.json")
     _prepare(folder, spec, fresh=True)
@@ -257,10 +287,9 @@ def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float
     res, t0 = RunResult(out=str(out)), time.perf_counter()
     program = [str(REPO_ROOT / case.program), *case.args, "--steps", str(iterations + 1)]
     nproc = ["--nproc-per-node", str(case.world_size)]
-    rc = _run([*MAYA, "profile", "--timing-only", *nproc, "--iterations", str(iterations),
-               "--out", str(folder / "profile"), *program], log, timeout_s)
+    rc, timed = _time_cpu_case(case, folder, "profile", log, timeout_s)
     try:
-        res.measured_s = measured_iteration_s(folder / "profile")
+        _add_timing_run(res, timed)
     except (FileNotFoundError, ValueError, KeyError) as e:
         res.error = f"maya profile exited {rc}: {e}: {_tail(log)}"
     res.load_avg = load_average()
@@ -269,9 +298,8 @@ def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float
     _run([*MAYA, "profile", *nproc, "--iterations", str(iterations), "--out", str(ops), *program], log, timeout_s)
     try:
         traces = read_traces(ops)
-        res.measured_by_family = measured_by_family(traces, steady_iterations(
-            sorted({i for t in traces.values() for i in t.column("iteration").to_pylist()}),
-            read_summary(ops).iterations_found))
+        res.measured_by_family = measured_by_family(traces, profiled_steady_iterations(
+            {i for t in traces.values() for i in t.column("iteration").to_pylist()}))
     except (FileNotFoundError, ValueError, KeyError) as e:
         res.error = res.error or f"maya profile (per-op) exited: {e}: {_tail(log)}"
     rc = _run([*MAYA, "emulate", "--gpu", "cpu", *nproc, "--iterations", str(iterations), "--out", str(out),
@@ -300,7 +328,13 @@ def cpu_result_done(case, runs_dir: Path) -> bool:
 
 
 def predict_cpu_case(case, runs_dir: Path, timeout_s: float = 900, resimulate: bool = False) -> RunResult:
-    """Step 2 of a CPU case: `maya simulate` its emulated trace with the CPU predictors."""
+    """Step 2 of a CPU case: a second timing run, then `maya simulate` its emulated trace with the CPU predictors.
+
+    Why two timing runs: this machine's speed drifts by 10-20% over minutes, and the calibration the
+    prediction rests on runs between the first timing run and this step. The measured time is the median of
+    both runs' steady iterations (the first run alone was before the calibration, minutes earlier for the
+    first cases); each run's median is kept (`measured_runs_s`) so the report shows the drift beside the
+    error."""
     folder = runs_dir / case.name
     if not resimulate and (folder / "result.json").exists():
         cached = RunResult(**read_json(folder / "result.json"))
@@ -308,6 +342,14 @@ def predict_cpu_case(case, runs_dir: Path, timeout_s: float = 900, resimulate: b
             return cached
     res = RunResult(**read_json(folder / "measured.json"))
     out, log, t0 = cpu_trace_dir(case, runs_dir), folder / "maya.log", time.perf_counter()
+    if res.error is None and len(res.measured_runs_s) == 1:
+        # the second timing run, after the calibration the prediction uses: the measurement brackets it
+        rc, timed = _time_cpu_case(case, folder, "profile-after", log, timeout_s)
+        try:
+            _add_timing_run(res, timed)
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            res.error = f"maya profile (second timing run) exited {rc}: {e}: {_tail(log)}"
+        write_json(folder / "measured.json", res.to_dict())
     if _summary_or_none(out) is not None:
         rc = _run([*MAYA, "simulate", str(out), "--no-timeline"], log, timeout_s)
         try:

@@ -180,8 +180,9 @@ def print_tables(rep: dict, console: Console) -> None:
 
 
 CPU_PREAMBLE = (
-    "Each program runs for real on this CPU with `maya profile` (the measured column: median over steady "
-    "iterations, slowest rank) and is predicted with `maya predict --gpu cpu` using the CPU-calibrated "
+    "Each program runs for real on this CPU with `maya profile --timing-only`, twice, 10 optimizer steps each "
+    "(the measured column: median over both runs' steady iterations, slowest rank; in brackets each run's "
+    "median) and is predicted with `maya predict --gpu cpu` using the CPU-calibrated "
     "predictors. 1-minute load average right after each measurement: {load} (other work on the machine "
     "adds noise to the measured times).\n")
 GPU_PREAMBLE = (

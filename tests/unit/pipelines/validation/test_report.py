@@ -14,7 +14,7 @@ from emulator.trace.schema import TRACE_SCHEMA
 from emulator.trace.summaries import EmulationSummary
 from pipelines.validation import baselines, report
 from pipelines.validation.metrics import meets, rel_error, summarize
-from pipelines.validation.runner import measured_iteration_s
+from pipelines.validation.runner import RunResult, _add_timing_run, measured_iteration_s
 
 
 def test_relative_error_and_summary_by_hand():
@@ -137,3 +137,24 @@ def test_measured_iteration_time_from_a_timing_only_profile(tmp_path):
     write_summary(tmp_path, EmulationSummary.from_json({"gpu": "cpu", "world_size": 2, "iterations_found": 3,
                              "measured_iterations_s": {"0": [1.0, 0.2, 0.3], "1": [1.1, 0.25, 0.2]}}))
     assert measured_iteration_s(tmp_path) == pytest.approx((0.25 + 0.3) / 2)
+
+
+def test_two_timing_runs_pool_their_steady_iterations_and_the_report_shows_the_drift(tmp_path):
+    # a CPU case timed before its calibration and again after its prediction: the measured time is the median
+    # of both runs' steady iterations (each run's first left out), each run's own median stays visible
+    before, after = tmp_path / "profile", tmp_path / "profile-after"
+    for out, walls in ((before, [2.0, 0.20, 0.22, 0.21]), (after, [2.1, 0.25, 0.24, 0.26])):
+        write_summary(out, EmulationSummary.from_json({"gpu": "cpu", "world_size": 1, "iterations_found": 4,
+                                                       "measured_iterations_s": {"0": walls}}))
+    res = RunResult()
+    _add_timing_run(res, before)
+    assert res.measured_s == pytest.approx(0.21) and res.measured_runs_s == [pytest.approx(0.21)]
+    _add_timing_run(res, after)
+    assert res.measured_runs_s == [pytest.approx(0.21), pytest.approx(0.25)]
+    assert res.measured_s == pytest.approx((0.22 + 0.24) / 2)  # median of the six steady iterations
+
+    row = {**_row("cpu-x", res.measured_s, 0.2), "source": "cpu", "measured_runs_s": res.measured_runs_s}
+    assert "| 230.0 ms (210.0 ms / 250.0 ms) |" in report.markdown_table([row])
+    line = report.measurement_drift([row, {**row, "measured_runs_s": [0.2, 0.2]}])
+    assert "differ by a median 9.5%, at most 19.0% (2 cases)" in line
+    assert report.measurement_drift([_row("gpu-case", 1.0, 1.1)]) == ""  # published rows have no timing runs
