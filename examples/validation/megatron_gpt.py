@@ -11,7 +11,9 @@ Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP inn
 - TP: column/row-parallel linears, vocab-parallel embedding and loss (tensor_parallel.py);
 - PP: torch.distributed.pipelining with the 1F1B schedule (GPipe when micro-batches < stages); the
   first and last stage share the word embedding, so its gradient is all-reduced between them
-  (Megatron's embedding group);
+  (Megatron's embedding group). Its sends and receives behave as Megatron's (`--p2p megatron`, the
+  default): each batch is waited for where it is issued and the device is then synchronized
+  (`megatron_p2p`); `--p2p torch` keeps torch's own (some sends waited later, no device sync);
 - DP: DistributedDataParallel over the data-parallel group (bucketed gradient all-reduce);
 - micro/global batch: global = micro * dp * microbatches (gradient accumulation);
 - activation checkpointing per transformer block; fp32, or fp16/bf16 autocast, or with
@@ -212,6 +214,8 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
     p.add_argument("--forward-backward-only", action="store_true",
                    help="no optimizer step: time forward + backward only (how NeuSight measured single GPUs)")
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--p2p", choices=("megatron", "torch"), default="megatron",
+                   help="pipeline sends/receives: Megatron's (waited at once, then a device sync) or torch's own")
     a = p.parse_args(argv)
     a.ffn = a.ffn or 4 * a.hidden
     if a.half_params and a.dtype == "fp32":
@@ -219,6 +223,31 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
     multiple = a.pad_vocab_to * a.tp
     a.vocab = -(-a.vocab // multiple) * multiple
     return a
+
+
+def megatron_p2p(device) -> None:
+    """Give torch's pipeline schedules Megatron's point-to-point semantics.
+
+    Megatron-LM's and Megatron-DeepSpeed's `_communicate` (megatron/core/pipeline_parallel/
+    p2p_communication.py) waits for every request of a batched send/receive where it is issued and,
+    with `batch_p2p_comm` and `batch_p2p_sync` (both on by default), then synchronizes the device "to
+    protect against race condition when using batch_isend_irecv()". So the host never runs ahead of
+    the device past a pipeline transfer: each micro-batch's host time after a transfer is exposed.
+    torch's schedules fire some sends and wait for them later, without a device sync. Both schedules
+    issue the same transfers in the same order; only when they block differs."""
+    from torch.distributed.pipelining import schedules
+
+    issue = schedules._batch_p2p
+
+    def blocking(p2p_ops, desc=None):
+        works = issue(p2p_ops, desc)
+        for work in works:
+            work.wait()
+        if works and device.type == "cuda":
+            torch.cuda.synchronize()
+        return []  # nothing left to wait for
+
+    schedules._batch_p2p = blocking
 
 
 def main_step(params, main_params, optimizer, loss_scale: float, device) -> None:
@@ -305,6 +334,8 @@ def main(argv=None):
         pipe = PipelineStage(model, stage, a.pp, device, input_args=(x_in,), output_args=(out,), group=groups["pp"])
         # 1F1B needs at least one micro-batch per stage; with fewer, Megatron's 1F1B degenerates to
         # "all forwards, then all backwards", which is GPipe.
+        if a.p2p == "megatron":
+            megatron_p2p(device)
         schedule_cls = Schedule1F1B if n_micro >= a.pp else ScheduleGPipe
         schedule = schedule_cls(pipe, n_micro, loss_fn=loss_fn)
 

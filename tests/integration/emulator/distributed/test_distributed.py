@@ -148,6 +148,12 @@ def test_ddp_inside_pipeline_stages_with_several_micro_batches(tmp_path):
     assert set(p2p.op) == {"c10d::send", "c10d::recv_"} and len(p2p) == 8  # 4 activations out, 4 gradients in
     waits = steady[(steady.kind == "event_wait") & steady.waits_for.isin(["c10d::send", "c10d::recv_"])]
     assert sorted(zip(p2p.op, p2p.coll_seq, strict=True)) == sorted(zip(waits.waits_for, waits.coll_seq, strict=True))
+    # Megatron's p2p (the program's default): a batch of transfers is waited for where it is issued, then
+    # the device is synchronized, so the next row after a batch's waits is a device sync
+    rows = steady.reset_index(drop=True)
+    p2p_wait = (rows.kind == "event_wait") & rows.waits_for.isin(["c10d::send", "c10d::recv_"])
+    after_waits = [rows.kind[i + 1] for i in rows.index[:-1] if p2p_wait[i] and not p2p_wait[i + 1]]
+    assert after_waits and set(after_waits) == {"device_sync"}
     pred = predict_from_trace(tmp_path, roofline_only=True, timeline=False, write=False)
     assert pred.hang is None and pred.iteration_time_s > 0
 
