@@ -3,9 +3,9 @@
 Every calibration of the `cpu` part measures its whole set anew, so consecutive calibrations share
 hundreds of signatures. For each pair of consecutive calibrations (by when they measured) and each
 source, this prints how many signatures both measured and the ratio of their median times (later /
-earlier): its median and quartiles. A ratio far from 1 means the machine itself changed speed, which
-is why the `cpu` predictors train on the newest calibration only
-(`maya_models.train.newest_calibration_of_this_machine`).
+earlier): its median and quartiles. A ratio far from 1 means the machine itself changed speed between
+them: a prediction for the `cpu` part (whose predictors pool every calibration, the machine's typical
+speed) cannot be closer to one run on it than that.
 
     python -m maya_models.drift [--gpu cpu] [--min-shared 20]
 """

@@ -85,7 +85,6 @@ def training_rows(root=None, data: pd.DataFrame | None = None, include_sustained
             known[g] = None
     df["gpu"] = df["gpu"].map(known)
     df = df[df["gpu"].notna()]
-    df = newest_calibration_of_this_machine(df)
     if len(df):  # timing conditions are part of what was measured: rows of different ones never merge
         key = ["gpu", "signature", "timing"] if "timing" in df.columns else ["gpu", "signature"]
         if "timing" in df.columns:
@@ -106,31 +105,6 @@ def calibration_of(run_id) -> str:
         if run_id.endswith(suffix):
             return run_id[: -len(suffix)]
     return run_id
-
-
-def newest_calibration_of_this_machine(df: pd.DataFrame) -> pd.DataFrame:
-    """CPU rows: per op family, only those of the newest calibration that measured the family.
-
-    Why: the `cpu` part is this machine, and a shared machine's speed moves by tens of percent over
-    hours, the same op signatures included (`python -m maya_models.drift` prints how far). Rows pooled
-    over several calibrations describe an average of those moments; a CPU prediction is compared with
-    the machine as it is now. Each CPU calibration measures its whole set again (sweep, trace shapes,
-    in-training programs, collectives), so its newest one is complete; a family the newest calibration
-    did not measure keeps the newest one that did. GPU parts keep every run: their rows come from many
-    nodes of one part, with clocks and timing conditions recorded, and pooling them is the point."""
-    if not len(df) or "run_id" not in df.columns or "family" not in df.columns:
-        return df
-    is_cpu = df["gpu"].map({g: get_gpu(g).is_cpu for g in df["gpu"].unique()}).astype(bool)
-    if not is_cpu.any():
-        return df
-    cpu = df[is_cpu]
-    runs = pd.DataFrame({"gpu": cpu["gpu"], "family": cpu["family"], "calibration": cpu["run_id"].map(calibration_of),
-                         "when": pd.to_datetime(cpu.get("measured_at"), utc=True, errors="coerce")})
-    last = runs.groupby(["gpu", "family", "calibration"])["when"].max().fillna(pd.Timestamp(0, tz="UTC"))
-    newest = last.reset_index().sort_values("when").groupby(["gpu", "family"]).tail(1)
-    keep = runs.merge(newest[["gpu", "family", "calibration"]], how="left", indicator=True)["_merge"].eq("both")
-    keep.index = cpu.index
-    return pd.concat([df[~is_cpu], cpu[keep]]).sort_index()
 
 
 def _cap(df: pd.DataFrame, n: int) -> pd.DataFrame:

@@ -164,25 +164,22 @@ def _calibrated(gpu, family, signature, duration, run_id, at):
             "run_id": run_id, "measured_at": pd.Timestamp(at, tz="UTC"), "source": "maya-bench", "timing": ""}
 
 
-def test_cpu_rows_come_from_the_newest_calibration_that_measured_their_family():
-    """This machine's speed moves over hours: a CPU family trains on its newest calibration only (its suites
-    together), a family that calibration did not measure keeps the newest that did; GPU runs all pool."""
+def test_drift_compares_the_same_signatures_across_consecutive_calibrations():
+    """How far the machine moved between two calibrations: later / earlier time of the signatures both measured,
+    each calibration's suites together; training pools them (their median per signature)."""
     from maya_models.drift import drift_table
 
     rows = pd.DataFrame([
         _calibrated("cpu", "gemm", "mm1", 1.0e-3, "cpu-20261204T1000-aa-kernels", "2026-12-04 10:00"),
         _calibrated("cpu", "gemm", "mm2", 2.0e-3, "cpu-20261204T1000-aa-kernels", "2026-12-04 10:01"),
-        _calibrated("cpu", "norm", "ln1", 5.0e-4, "cpu-20261204T1000-aa-kernels", "2026-12-04 10:02"),
+        _calibrated("cpu", "gemm", "mm2", 2.2e-3, "cpu-20261204T1000-aa-kernels", "2026-12-04 10:02"),
         _calibrated("cpu", "gemm", "mm1", 1.2e-3, "cpu-20261204T1300-bb-kernels", "2026-12-04 13:00"),
-        _calibrated("cpu", "gemm", "mm3", 3.0e-3, "cpu-20261204T1300-bb-in-training", "2026-12-04 13:02"),
-        _calibrated("h100", "gemm", "g1", 1e-5, "h100-a-kernels", "2026-11-01 10:00"),
-        _calibrated("h100", "gemm", "g1", 3e-5, "h100-b-kernels", "2026-11-02 10:00"),
+        _calibrated("cpu", "gemm", "mm2", 3.3e-3, "cpu-20261204T1300-bb-in-training", "2026-12-04 13:02"),
+        _calibrated("cpu", "gemm", "mm3", 3.0e-3, "cpu-20261204T1600-cc-kernels", "2026-12-04 16:00"),
     ])
-    kept = training_rows(data=rows)
-    cpu = kept[kept.gpu == "cpu"].set_index("signature")
-    assert sorted(cpu.index) == ["ln1", "mm1", "mm3"]  # gemm: the 13:00 calibration (both suites); norm: 10:00
-    assert cpu.duration_s["mm1"] == pytest.approx(1.2e-3)  # not the median with the older run's 1.0e-3
-    assert kept[kept.gpu == "h100"].duration_s.tolist() == [pytest.approx(2e-5)]  # GPU runs pool: their median
-
-    table = drift_table(rows[rows.gpu == "cpu"], min_shared=1)
-    assert len(table) == 1 and table.shared[0] == 1 and table.median_ratio[0] == pytest.approx(1.2)
+    table = drift_table(rows, min_shared=1)
+    assert len(table) == 1  # 13:00 -> 16:00 shares no signature
+    assert table.shared[0] == 2 and table.median_ratio[0] == pytest.approx((1.2 + 3.3 / 2.1) / 2)
+    assert drift_table(rows, min_shared=3).empty
+    kept = training_rows(data=rows).set_index("signature")
+    assert kept.duration_s["mm1"] == pytest.approx(1.1e-3)  # both calibrations' median
