@@ -16,7 +16,18 @@ import argparse
 
 import pandas as pd
 
-from maya_models.train import calibration_of
+# the suites one calibration writes, each under the calibration's run id plus its suffix
+# (pipelines.calibration.assets, which this package may not import)
+CALIBRATION_SUITES = ("-kernels", "-collectives", "-in-training")
+
+
+def calibration_of(run_id) -> str:
+    """The calibration a row's run belongs to: its run id without the suite suffix ("" when it has none)."""
+    run_id = run_id if isinstance(run_id, str) else ""
+    for suffix in CALIBRATION_SUITES:
+        if run_id.endswith(suffix):
+            return run_id[: -len(suffix)]
+    return run_id
 
 
 def drift_table(rows: pd.DataFrame, min_shared: int = 20) -> pd.DataFrame:

@@ -94,19 +94,6 @@ def training_rows(root=None, data: pd.DataFrame | None = None, include_sustained
     return df.reset_index(drop=True)
 
 
-# the suites one calibration writes, each under the calibration's run id plus its suffix (pipelines.calibration)
-CALIBRATION_SUITES = ("-kernels", "-collectives", "-in-training")
-
-
-def calibration_of(run_id) -> str:
-    """The calibration a row's run belongs to: its run id without the suite suffix ("" when it has none)."""
-    run_id = run_id if isinstance(run_id, str) else ""
-    for suffix in CALIBRATION_SUITES:
-        if run_id.endswith(suffix):
-            return run_id[: -len(suffix)]
-    return run_id
-
-
 def _cap(df: pd.DataFrame, n: int) -> pd.DataFrame:
     return df.sample(n, random_state=0) if len(df) > n else df
 

@@ -33,9 +33,9 @@ MAYA = [sys.executable, "-m", "emulator.cli"]
 # same-position median over repeated iterations needs two or more, `emulator.hosttime.clip`); with 3 steady
 # iterations the median applies, at no extra wall time (the emulation's start-up dominates).
 GPU_ITERATIONS = 4
-# Optimizer steps a CPU case's plain timing run measures. Why 10 and not the emulation's 4: this machine's
-# speed moves iteration to iteration by 10-15% with no trend after the first (a 12-step run of every CPU
-# case), so the median of 3 steady iterations was itself a noisy sample; 9 steady ones halve that.
+# Optimizer steps a CPU case's plain timing run measures. Why 10 and not the emulation's 4: on a shared machine
+# the steady steps of one run spread by tens of percent with no trend after the first, so the median of 3
+# steady iterations was itself a noisy sample; 9 narrow it by about sqrt(3).
 CPU_MEASURED_ITERATIONS = 10
 
 
@@ -50,10 +50,9 @@ class RunResult:
     breakdown: dict = field(default_factory=dict)  # prediction.json breakdown_s (compute, host, ...)
     load_avg: float | None = None  # CPU cases: 1-minute load average right after the measurement
     measured_s: float | None = None  # CPU cases: measured here with `maya profile` (median of every timing run)
-    # CPU cases: each timing run's median, the one before the emulation and calibration, the one after the
-    # prediction; their difference is this machine's drift over the case, beside the prediction's error
-    measured_runs_s: list = field(default_factory=list)
-    measured_iterations_s: list = field(default_factory=list)  # CPU cases: every steady iteration measured
+    # CPU cases: each timing run's steady iterations, the run before the emulation and calibration, then the
+    # one after the prediction; their medians' difference is this machine's drift over the case
+    timing_runs_s: list = field(default_factory=list)
     oom: bool = False
     coverage: dict = field(default_factory=dict)  # estimator coverage {learned, fallback}
     estimator: dict = field(default_factory=dict)
@@ -63,6 +62,11 @@ class RunResult:
     wall_s: float = 0.0
     error: str | None = None
     out: str = ""
+
+    @property
+    def measured_runs_s(self) -> list[float]:
+        """Each timing run's median (CPU cases)."""
+        return [statistics.median(run) for run in self.timing_runs_s]
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -255,10 +259,8 @@ def _time_cpu_case(case, folder: Path, name: str, log: Path, timeout_s: float) -
 
 def _add_timing_run(res: RunResult, out: Path) -> None:
     """Pool a timing run's steady iterations into the case's measurement (raises when it has none)."""
-    its = measured_iterations(out)
-    res.measured_runs_s = [*res.measured_runs_s, statistics.median(its)]
-    res.measured_iterations_s = [*res.measured_iterations_s, *its]
-    res.measured_s = statistics.median(res.measured_iterations_s)
+    res.timing_runs_s = [*res.timing_runs_s, measured_iterations(out)]
+    res.measured_s = statistics.median(it for run in res.timing_runs_s for it in run)
 
 
 def cpu_trace_dir(case, runs_dir: Path) -> Path:
@@ -342,7 +344,7 @@ def predict_cpu_case(case, runs_dir: Path, timeout_s: float = 900, resimulate: b
             return cached
     res = RunResult(**read_json(folder / "measured.json"))
     out, log, t0 = cpu_trace_dir(case, runs_dir), folder / "maya.log", time.perf_counter()
-    if res.error is None and len(res.measured_runs_s) == 1:
+    if res.error is None and len(res.timing_runs_s) == 1:
         # the second timing run, after the calibration the prediction uses: the measurement brackets it
         rc, timed = _time_cpu_case(case, folder, "profile-after", log, timeout_s)
         try:
