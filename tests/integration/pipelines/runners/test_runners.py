@@ -64,6 +64,18 @@ def test_gloo_collectives_two_ranks(wh):
     assert sorted(ok[ok["op"] == "c10d::allreduce_"]["coll_bytes"]) == [1024, 4096, 16384]
 
 
+def test_cpu_sweep_reaches_past_ddps_gradient_buckets(wh):
+    # by default the CPU sweep measures all-reduces larger than DDP's 25 MiB buckets, so a DDP program's
+    # all-reduces are timed from measurements, not from the prior extrapolated past them
+    out = subprocess.run([sys.executable, "-m", "pipelines.runners.collectives", "--gpu", "cpu", "--run-id",
+                          "coll-sizes", "--root", str(wh), "--budget-s", "120", "--ops", "all_reduce",
+                          "--repeats", "2", "--warmup", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ok = read_measurements(gpu="cpu", status=None, root=wh)
+    ok = ok[ok["status"] == "ok"]
+    assert ok["coll_bytes"].min() == 1024 and ok["coll_bytes"].max() > 25 * 2**20
+
+
 def test_runner_refuses_a_gpu_that_is_not_here(wh):
     out = subprocess.run([sys.executable, "-m", "pipelines.runners.kernels", "--gpu", "h100", "--run-id", "x",
                           "--root", str(wh)], cwd=REPO, capture_output=True, text=True, timeout=120)
