@@ -34,7 +34,9 @@ from emulator.search.space import Plan
 from emulator.trace.schema import TRACE_SCHEMA_VERSION
 
 STATUSES = ("ok", "oom", "hang", "crash")
-EMULATION_CACHE_VERSION = 1  # bump when a change of maya invalidates stored emulations
+# bump when a change of maya invalidates stored emulations. 2: compiled calls' mode swaps left the host gaps
+# (emulator.capture.compile.only_these_modes), so traces of torch.compile'd programs (megatron-core) changed
+EMULATION_CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)
