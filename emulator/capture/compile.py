@@ -66,7 +66,6 @@ import functools
 import os
 import re
 import threading
-import time
 from collections import Counter
 
 import torch
@@ -84,7 +83,6 @@ _INDUCTOR_CONFIG = {"compile_threads": 1, "max_autotune": False, "max_autotune_g
                     "joint_graph_constant_folding": False, "benchmark_kernel": True,
                     "triton.cudagraphs": False, "triton.cudagraph_trees": False}
 # the modes whose Inductor plan captures CUDA graphs on a GPU (torch's `list_mode_options`)
-_clock = time.process_time  # the recorder's host-gap clock (emulator.capture.recorder)
 CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 _TRANSCENDENTAL = re.compile(r"\b(?:libdevice\.\w+|tl\.(?:exp|exp2|log|log2|sqrt|rsqrt|sin|cos|sigmoid|erf|"
                              r"tanh|fdiv)|tl_math\.\w+|math\.\w+)\s*\(")
@@ -151,28 +149,27 @@ def install(rec, counts: Counter) -> None:
 
         @functools.wraps(target)
         def call(*args, **kw):
-            t_own = _clock()  # this wrapper's work is the emulator's: charged to the recorder, not to a gap
-            stack = _get_current_dispatch_mode_stack()
-            program = [m for m in stack if m is not rec]
-            if any(not (m.is_infra_mode() or m.ignore_compile_internals()) for m in program):
+            with rec.own_work():  # this wrapper's work is the emulator's, not the program's host time
+                stack = _get_current_dispatch_mode_stack()
+                program = [m for m in stack if m is not rec]
+                eager = any(not (m.is_infra_mode() or m.ignore_compile_internals()) for m in program)
+                if not eager:
+                    rec.tracker.pause()
+                    outer = getattr(_modes, "stack", None)
+                    _modes.stack = stack  # `run` puts the recorder back where it was
+            if eager:
                 # under such a mode of the program Dynamo skips the frame on a GPU too: the function runs eagerly
                 counts["eager under a dispatch mode"] += 1
-                rec._overhead += _clock() - t_own
                 return target(*args, **kw)
-            rec.tracker.pause()
-            outer = getattr(_modes, "stack", None)
-            _modes.stack = stack  # `run` puts the recorder back where it was
-            rec._overhead += _clock() - t_own
             try:
                 # Dynamo does not trace under the recorder; the program's modes that let it (selective
                 # activation checkpointing's) stay, as on a GPU
                 with only_these_modes(rec, program):
                     return compiled(*args, **kw)
             finally:
-                t_own = _clock()
-                _modes.stack = outer
-                rec.tracker.resume()
-                rec._overhead += _clock() - t_own
+                with rec.own_work():
+                    _modes.stack = outer
+                    rec.tracker.resume()
 
         if isinstance(model, torch.nn.Module):
             model.forward = call  # a module stays a module (state_dict, parameters, .train())
@@ -187,24 +184,21 @@ def install(rec, counts: Counter) -> None:
 def only_these_modes(rec, modes: list):
     """Run the body under `modes` alone (every other dispatch mode off), and restore the stack after.
 
-    Swapping the mode stacks around a compiled call is the emulator's work, which a GPU run does not do: its
-    CPU time is charged to the recorder's own time (`rec._overhead`, subtracted from the next host gap), so
-    that only the compiled function's own work (Dynamo's guards, AOTAutograd's wrappers, Inductor's wrapper
-    code) reaches the program's host gaps."""
-    t_own = _clock()
-    try:
-        with _disable_current_modes():
+    Swapping the mode stacks around a compiled call is the emulator's work, which a GPU run does not do: it is
+    the recorder's own time (`Recorder.own_work`), so that only the compiled function's own work (Dynamo's
+    guards, AOTAutograd's wrappers, Inductor's wrapper code) reaches the program's host gaps."""
+    with contextlib.ExitStack() as outside:
+        with rec.own_work():
+            outside.enter_context(_disable_current_modes())
             for mode in modes:
                 _push_mode(mode)
-            rec._overhead += _clock() - t_own
-            try:
-                yield
-            finally:
-                t_own = _clock()
+        try:
+            yield
+        finally:
+            with rec.own_work():
                 for _ in modes:
                     _pop_mode()
-    finally:
-        rec._overhead += _clock() - t_own
+                outside.close()  # the program's modes back
 
 
 def _inductor_recorded(rec, options: dict, gm, example_inputs):

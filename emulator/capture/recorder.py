@@ -30,6 +30,7 @@ Modes (`Recorder.policy`):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -231,6 +232,16 @@ class Recorder(TorchDispatchMode):
         self.in_optimizer = max(self.in_optimizer - 1, 0)
         if self.in_optimizer == 0:
             self.next_iteration()
+
+    @contextlib.contextmanager
+    def own_work(self):
+        """The block's CPU time is the emulator's (Python standing in for what a GPU run does not do): it is
+        subtracted from the next host gap, like the recorder's own bookkeeping."""
+        t0 = _clock()
+        try:
+            yield
+        finally:
+            self._overhead += _clock() - t0
 
     def probe_host_speed(self) -> None:
         """Time the host-speed workload (emulator.core.hostspeed) here, between two iterations: outside the

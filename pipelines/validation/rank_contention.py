@@ -32,8 +32,8 @@ DEFAULT_PROGRAM = ["examples/ddp.py", "--model", "tiny", "--d-model", "448", "--
 ITERATIONS = 7
 
 
-def steady_kernels(out: Path, rank: int = 0) -> pd.DataFrame:
-    """The kernel rows of a profile's steady iterations (`profiled_steady_iterations`), with a signature."""
+def steady_rows(out: Path, rank: int = 0) -> pd.DataFrame:
+    """A profile's rows of its steady iterations (`profiled_steady_iterations`), with an op signature."""
     t = read_rank_trace(out, rank).to_pandas()
     t = t[t.iteration.isin(profiled_steady_iterations(t.iteration.unique()))]
     return t.assign(sig=t.op + " " + t.shapes.astype(str) + " " + t.args.astype(str))
@@ -62,10 +62,8 @@ def step_parts(out: Path) -> dict[str, float]:
     summary = json.loads((out / "emulation.json").read_text())
     wall, kern, gaps = [], [], []
     for r, times in summary["measured_iterations_s"].items():
-        t = read_rank_trace(out, int(r)).to_pandas()
-        steady = profiled_steady_iterations(t.iteration.unique())
-        t = t[t.iteration.isin(steady)]
-        wall += [times[i] * 1e3 for i in steady if i < len(times)]
+        t = steady_rows(out, int(r))
+        wall += [times[i] * 1e3 for i in t.iteration.unique() if i < len(times)]
         kern += (t[t.kind == "kernel"].groupby("iteration").duration_s.sum() * 1e3).tolist()
         gaps += (t.groupby("iteration").host_gap_s.sum() * 1e3).tolist()
     return {"wall_ms": statistics.median(wall), "kernels_ms": statistics.median(kern),
@@ -87,7 +85,7 @@ def main(argv=None) -> int:
     outs = {n: a.out / f"ranks-{n}" for n in (1, 2)}
     for n, out in outs.items():
         profile(program, n, out)
-    print(family_ratios(steady_kernels(outs[1]), steady_kernels(outs[2])).round(3).to_string(index=False))
+    print(family_ratios(steady_rows(outs[1]), steady_rows(outs[2])).round(3).to_string(index=False))
     for n, out in outs.items():
         parts = step_parts(out)
         print(f"{n} rank(s): " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))

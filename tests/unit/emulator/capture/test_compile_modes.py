@@ -1,12 +1,12 @@
 """Around a compiled call the emulator swaps dispatch-mode stacks: that work must never reach a host gap."""
 
 import time
-from types import SimpleNamespace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from emulator.capture import compile as inductor
+from emulator.capture.recorder import Recorder
 
 BURN_S = 0.02
 
@@ -23,7 +23,7 @@ class _Mode(TorchDispatchMode):
 
 
 def test_swapping_the_modes_is_charged_to_the_recorder_and_the_body_is_not(monkeypatch):
-    rec = SimpleNamespace(_overhead=0.0)
+    rec = Recorder(0, policy="cpu")  # its own-time account, nothing recorded
     push, pop = inductor._push_mode, inductor._pop_mode
     # a slow swap: what a compiled call's wrappers cost the emulator, made large enough to see
     monkeypatch.setattr(inductor, "_push_mode", lambda m: (_burn(BURN_S), push(m)))
@@ -38,7 +38,7 @@ def test_swapping_the_modes_is_charged_to_the_recorder_and_the_body_is_not(monke
 
 
 def test_the_modes_come_back_when_the_compiled_call_fails():
-    rec = SimpleNamespace(_overhead=0.0)
+    rec = Recorder(0, policy="cpu")  # its own-time account, nothing recorded
     outer = _Mode()
     with outer:
         try:
