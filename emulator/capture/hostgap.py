@@ -31,6 +31,9 @@ class HostGapPricing:
           real tensor answers in C++): `get_device()` four times per op against none;
         - `crossing`: one more entry into the recording mode (torch's C++ -> Python crossing and
           back), paid by unrecorded calls too (views, detach): three views per op against none;
+        - `module_call`: what the module tracker's global hooks add to an `nn.Module` call beyond their
+          own timed bodies (torch's slow call path, which a native run without global hooks skips):
+          six nested module calls per op with the hooks in place, less the same without them;
         - `forward`: the rest of a recorded call on the program's thread with autograd on
           (fake-tensor handling, building the graph);
         - `backward`: the same on autograd's backward thread (the engine handing each node to the
@@ -76,7 +79,7 @@ class HostGapPricing:
         mem = rec.memory
         peaks = (mem.peaks(), mem.ooms) if mem is not None else None
         before = rec.prices()
-        rec.set_prices({"device_query": 0.0, "crossing": 0.0, "forward": 0.0, "backward": 0.0})
+        rec.set_prices({"device_query": 0.0, "crossing": 0.0, "module_call": 0.0, "forward": 0.0, "backward": 0.0})
         gaps = rec.rows.cols["host_gap_s"]
         x = torch.empty(256, device="cuda" if self.policy == "emulate" else "cpu")
         per_round = max(calls // rounds, 30)
@@ -101,6 +104,7 @@ class HostGapPricing:
                     rec.device_query_cost = extra_cost(add, lambda: (q.get_device(), q.get_device(), q.get_device(),
                                                                      q.get_device(), torch.add(x, x)), 4)
                 rec.crossing_cost = extra_cost(add, lambda: torch.add(x.view(-1).view(16, 16).view(256), x), 3)
+                rec.module_call_cost = self._module_call_cost(extra_cost, add, x)
                 w = torch.empty(256, device=x.device, requires_grad=True)
                 chain = [w]
                 forward = loop(lambda: chain.append(chain[-1] * 1.5))
@@ -111,7 +115,8 @@ class HostGapPricing:
                                                    strict=True) if ph == "backward" and op == "aten::mul"]
                 chain.clear()
             return {"device_query": rec.device_query_cost, "crossing": rec.crossing_cost,
-                    "forward": forward, "backward": _steady_median(backward, calls)}
+                    "module_call": rec.module_call_cost, "forward": forward,
+                    "backward": _steady_median(backward, calls)}
         finally:
             rec.set_prices(before)
             rec.rows.rollback(point)
@@ -119,6 +124,34 @@ class HostGapPricing:
             if peaks is not None:  # the loops' tensors are the emulator's, not the program's
                 mem.restore_peaks(*peaks[0])
                 mem.ooms = peaks[1]
+
+    def _module_call_cost(self, extra_cost, add, x) -> float:
+        """The emulator's share of one module call: six nested calls per op timed with the tracker's
+        hooks in place and again without them (the native call, which the program pays), the difference
+        per call. The hooks' bodies are already left out of both by the tracker's own timer."""
+        nest = torch.nn.Identity()
+        for _ in range(5):
+            nest = _Wrap(nest)
+        nested = lambda: torch.add(nest(x), x)  # noqa: E731
+        tracked = extra_cost(add, nested, 6)
+        tracker = self.recorder.tracker
+        tracker.pause()
+        try:
+            native = extra_cost(add, nested, 6)
+        finally:
+            tracker.resume()
+        return max(tracked - native, 0.0)
+
+
+class _Wrap(torch.nn.Module):
+    """A module whose forward only calls its child: a module call with no op in it."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, y):
+        return self.inner(y)
 
 
 def _steady_median(gaps: list[float], calls: int) -> float:

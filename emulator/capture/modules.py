@@ -29,6 +29,9 @@ class ModuleStack:
         self.by_node: dict[int, str] = {}  # autograd node sequence number -> module path
         self._handles = []
         self.overhead_s = 0.0  # CPU time spent in the hooks (emulator work, excluded from host gaps)
+        # module calls since the recorder last read it: the hooks make each call take torch's slow path,
+        # whose cost outside the hooks' timed bodies the recorder prices per call (`module_call_cost`)
+        self.calls = 0
         self._paused = False
 
     def _stack(self) -> list[str]:
@@ -52,6 +55,7 @@ class ModuleStack:
             return
         t0 = time.process_time()
         self._stack().append(self.name_of(mod))
+        self.calls += 1
         self.overhead_s += time.process_time() - t0
 
     def _post(self, mod, args, out):

@@ -165,9 +165,12 @@ class Recorder(TorchDispatchMode):
         self._emulator_code_since = None  # see emulator_code_until_next_event
         self.device_queries = 0
         self.device_query_cost = 0.0
+        # the module tracker's global hooks send every nn.Module call down torch's slow call path; the
+        # hooks' bodies are timed (ModuleStack.overhead_s), the path around them is priced per call
+        self.module_call_cost = 0.0
         # what each gap was before those prices, so the run can be re-priced at its end (`reprice`):
-        # (row index, unpriced gap, extra crossings, device queries, on the backward thread)
-        self.gap_parts: list[tuple[int, float, int, int, bool]] = []
+        # (row index, unpriced gap, extra crossings, device queries, module calls, on the backward thread)
+        self.gap_parts: list[tuple[int, float, int, int, int, bool]] = []
         self.probing = 0  # > 0 inside library code that runs ops only to learn output metadata
         # MAYA_EMULATOR_FASTPATH=0 turns the signature cache off (tests compare both paths' traces)
         self._fast = policy == "emulate" and os.environ.get("MAYA_EMULATOR_FASTPATH", "1") != "0"
@@ -613,20 +616,27 @@ class Recorder(TorchDispatchMode):
             self.memory.overhead_s = 0.0
         in_backward = torch._C._current_graph_task_id() != -1
         # the baseline prices this call's own crossing; the unrecorded ones since the last event are extra
-        extra, queries = max(self.crossings - 1, 0), self.device_queries
-        self.crossings = self.device_queries = 0
+        extra, queries, modules = max(self.crossings - 1, 0), self.device_queries, self.tracker.calls
+        self.crossings = self.device_queries = self.tracker.calls = 0
         unpriced = t_enter - self._t_last - own
-        self.gap_parts.append((len(self.rows), unpriced, extra, queries, in_backward))
-        baseline = self.gap_baseline_backward if in_backward else self.gap_baseline
-        return max(unpriced - extra * self.crossing_cost - queries * self.device_query_cost - baseline, 0.0)
+        self.gap_parts.append((len(self.rows), unpriced, extra, queries, modules, in_backward))
+        return self._priced(unpriced, extra, queries, modules, in_backward)
+
+    def _priced(self, unpriced: float, extra: int, queries: int, modules: int, backward: bool) -> float:
+        """A gap less the priced emulator work counted in it (never below zero)."""
+        baseline = self.gap_baseline_backward if backward else self.gap_baseline
+        return max(unpriced - extra * self.crossing_cost - queries * self.device_query_cost
+                   - modules * self.module_call_cost - baseline, 0.0)
 
     def prices(self) -> dict:
         """The per-call prices of the emulator's own cost that gaps are charged (seconds)."""
         return {"device_query": self.device_query_cost, "crossing": self.crossing_cost,
+                "module_call": self.module_call_cost,
                 "forward": self.gap_baseline, "backward": self.gap_baseline_backward}
 
     def set_prices(self, prices: dict) -> None:
         self.device_query_cost, self.crossing_cost = prices["device_query"], prices["crossing"]
+        self.module_call_cost = prices["module_call"]
         self.gap_baseline, self.gap_baseline_backward = prices["forward"], prices["backward"]
 
     def reprice(self) -> None:
@@ -634,10 +644,9 @@ class Recorder(TorchDispatchMode):
         event that failed before its row was added left an entry the next one overwrites)."""
         gaps = self.rows.cols["host_gap_s"]
         n = len(gaps)
-        c, q, fwd, bwd = self.crossing_cost, self.device_query_cost, self.gap_baseline, self.gap_baseline_backward
-        for row, unpriced, extra, queries, backward in self.gap_parts:
+        for row, *parts in self.gap_parts:
             if row < n:
-                gaps[row] = max(unpriced - extra * c - queries * q - (bwd if backward else fwd), 0.0)
+                gaps[row] = self._priced(*parts)
 
     def _record_cached(self, row, func, args, kwargs, op, keyed, gap):
         """A repeated signature: the same row fields as its first call, fresh outputs, live bookkeeping.
