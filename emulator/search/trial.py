@@ -35,8 +35,9 @@ from emulator.trace.schema import TRACE_SCHEMA_VERSION
 
 STATUSES = ("ok", "oom", "hang", "crash")
 # bump when a change of maya invalidates stored emulations. 2: compiled calls' mode swaps left the host gaps
-# (emulator.capture.compile.only_these_modes), so traces of torch.compile'd programs (megatron-core) changed
-EMULATION_CACHE_VERSION = 2
+# (emulator.capture.compile.only_these_modes), so traces of torch.compile'd programs (megatron-core) changed;
+# 3: every gap is charged the module calls made in it (Recorder.module_call_cost)
+EMULATION_CACHE_VERSION = 3
 
 
 @dataclass(frozen=True)
