@@ -64,8 +64,10 @@ def test_the_program_reaches_every_trial_and_an_unknown_or_uninstalled_one_stops
     installed["megatron"] = object()
     with pytest.raises(KeyboardInterrupt):
         report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path,
-                        program="megatron-core")
-    assert programs == ["megatron-core"]
+                        program="imitation")
+    with pytest.raises(KeyboardInterrupt):  # no program named: megatron-core itself
+        report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path)
+    assert programs == ["imitation", "megatron-core"]
 
 
 def _stop():
