@@ -1,4 +1,5 @@
-"""The `make search-eval` report: both parts run, printed as tables and written to <warehouse>/search/eval/."""
+"""The `make search-eval` report: both parts run, printed as tables and written to <warehouse>/search/eval-<program>/
+(`eval/` for the imitation)."""
 
 from __future__ import annotations
 
