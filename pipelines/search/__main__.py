@@ -1,9 +1,9 @@
 """`python -m pipelines.search` (= `make search-eval`): maya search against measured optima, and search efficiency.
 
 Prints the regret / top-3 / Spearman table per group with the roofline-only, llm-analysis and 6N x tokens
-baselines, then evaluations-to-within-1% for cmaes, random and grid; writes both (report.md, report.json)
-to `<warehouse>/search/eval-megatron-core/`, or `eval/` with `--program imitation`. Every emulation and
-trial is cached in the warehouse, so a rerun only computes what is new.
+baselines, then evaluations-to-within-1% for cmaes, random and grid; writes both to
+`<warehouse>/search/eval/` (report.md, report.json). Every emulation and trial is cached in the
+warehouse, so a rerun only computes what is new.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The `make search-eval` report: both parts run, printed as tables and written to <warehouse>/search/eval-<program>/
-(`eval/` for the imitation)."""
+"""The `make search-eval` report: both parts run, printed as tables and written to <warehouse>/search/eval/."""
 
 from __future__ import annotations
 
