@@ -67,7 +67,7 @@ validate: $(STAMP)       ## prediction error against real CPU runs and published
 	$(BIN)/pip install -q --no-deps "llm-analysis==0.2.2" "fire>=0.5" "termcolor>=2" || echo "llm-analysis baseline unavailable"
 	$(BIN)/python -m pipelines.validation $(ARGS)
 
-search-eval: $(FRAMEWORKS_STAMP)  ## maya search vs measured optima (vTrain groups) and search efficiency; hours on 2 cores, cached
+search-eval: $(STAMP)    ## maya search vs measured optima (vTrain groups) and search efficiency; hours on 2 cores, cached
 	$(BIN)/pip install -q --no-deps "llm-analysis==0.2.2" "fire>=0.5" "termcolor>=2" || echo "llm-analysis baseline unavailable"
 	$(BIN)/python -m pipelines.search $(ARGS)
 

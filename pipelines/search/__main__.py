@@ -13,7 +13,6 @@ import sys
 
 from rich.console import Console
 
-from pipelines.search.evaluate import DEFAULT_PROGRAM
 from pipelines.search.report import run_eval
 from pipelines.validation.holdout import PROGRAMS
 
@@ -26,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ranking", action="store_true", help="skip the vTrain ranking part")
     p.add_argument("--no-efficiency", action="store_true", help="skip the search-efficiency part")
     p.add_argument("--seeds", type=int, default=10, help="seeds per algorithm for the efficiency part")
-    p.add_argument("--program", choices=sorted(PROGRAMS), default=DEFAULT_PROGRAM,
-                   help="the Megatron-style program the ranking trials run: megatron-core itself (the default; "
-                        "`make search-eval` installs it with the framework extras) or the plain-PyTorch imitation")
+    p.add_argument("--program", choices=sorted(PROGRAMS), default="imitation",
+                   help="the Megatron-style program the ranking trials run: the plain-PyTorch imitation or "
+                        "megatron-core itself (installed by `make test-frameworks`)")
     a = p.parse_args(argv)
     console = Console(width=max(Console().width, 140))
     try:

@@ -3,8 +3,8 @@
 For each vTrain group (one model, GPU count and global batch; its measured TP x PP x micro-batch
 layouts), `maya search` runs the group's layouts exhaustively (a space whose `[[points]]` are the
 measured layouts, `pipelines.search.groups`), every trial a `maya predict` of the Megatron-style
-validation program with the same arguments as `make validate`, built with megatron-core itself (the
-default) or, with `--program imitation`, the plain-PyTorch imitation `make validate` runs. The same search with
+validation program with the same arguments as `make validate`: the plain-PyTorch imitation, or with
+`--program megatron-core` the same run built with megatron-core. The same search with
 `--roofline-only` re-simulates the same emulations with the analytical roofline; llm-analysis and
 6N x tokens (at a fixed efficiency: the same time for every layout of a group) are the analytical
 baselines. Scored per group (`pipelines.search.ranking`): top-1 regret, top-3 containment, Spearman rho.
@@ -35,9 +35,6 @@ DEFAULT_SINGLE = 6
 MIN_LAYOUTS = 5
 SIX_N_EFFICIENCY = 0.5  # 6N x tokens at half of the dense fp16 peak: any constant ranks every layout alike
 METHODS = ("maya", "roofline", "llm-analysis", "6N-tokens")
-# the ranking trials run megatron-core itself by default: vTrain measured Megatron, and maya's premise is the
-# unmodified framework program; `--program imitation` runs the plain-PyTorch imitation `make validate` uses
-DEFAULT_PROGRAM = "megatron-core"
 
 
 @dataclass

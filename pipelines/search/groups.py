@@ -115,8 +115,7 @@ def require_program(name: str) -> str:
     path = program_path(name)
     if name == "megatron-core" and importlib.util.find_spec("megatron") is None:
         raise ValueError("the megatron-core program needs megatron-core, which is not installed in this "
-                         "environment: `make test-frameworks` installs it (`--program imitation` runs the "
-                         "plain-PyTorch imitation instead)")
+                         "environment: `make test-frameworks` installs it")
     return path
 
 
