@@ -57,12 +57,18 @@ def family_ratios(one: pd.DataFrame, two: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("ms_per_iteration", ascending=False).reset_index(drop=True)
 
 
-def step_parts(out: Path) -> dict[str, float]:
+def steady_rows_by_rank(out: Path) -> dict[int, pd.DataFrame]:
+    """Every rank's steady rows of one profile, read once (`steady_rows`)."""
+    summary = json.loads((out / "emulation.json").read_text())
+    return {int(r): steady_rows(out, int(r)) for r in summary["measured_iterations_s"]}
+
+
+def step_parts(out: Path, rows: dict[int, pd.DataFrame]) -> dict[str, float]:
     """Median over steady iterations and ranks of the wall time, kernel sum and host gaps (ms)."""
     summary = json.loads((out / "emulation.json").read_text())
     wall, kern, gaps = [], [], []
     for r, times in summary["measured_iterations_s"].items():
-        t = steady_rows(out, int(r))
+        t = rows[int(r)]
         wall += [times[i] * 1e3 for i in t.iteration.unique() if i < len(times)]
         kern += (t[t.kind == "kernel"].groupby("iteration").duration_s.sum() * 1e3).tolist()
         gaps += (t.groupby("iteration").host_gap_s.sum() * 1e3).tolist()
@@ -85,9 +91,10 @@ def main(argv=None) -> int:
     outs = {n: a.out / f"ranks-{n}" for n in (1, 2)}
     for n, out in outs.items():
         profile(program, n, out)
-    print(family_ratios(steady_rows(outs[1]), steady_rows(outs[2])).round(3).to_string(index=False))
+    rows = {n: steady_rows_by_rank(out) for n, out in outs.items()}
+    print(family_ratios(rows[1][0], rows[2][0]).round(3).to_string(index=False))
     for n, out in outs.items():
-        parts = step_parts(out)
+        parts = step_parts(out, rows[n])
         print(f"{n} rank(s): " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
     return 0
 
