@@ -19,7 +19,11 @@ against vTrain's measured Megatron runs:
 - `--checkpoint`: Megatron-LM's `--checkpoint-activations` (full recomputation, uniform, one layer);
 - `--attention eager` is megatron-core's own attention (baddbmm, Megatron's fused causal softmax,
   bmm); `sdpa` is not available in megatron-core's local spec and is refused;
-- Megatron-LM's default fusions (masked softmax, bias + GeLU, bias + dropout + add) are on.
+- Megatron-LM's default fusions (masked softmax, bias + GeLU, bias + dropout + add) are on;
+- `--adam fused`: megatron-core's Adam is Apex's or Transformer Engine's `FusedAdam` (one multi-tensor
+  kernel a step) where either is installed, as on a GPU machine that trains Megatron, and torch's
+  foreach AdamW where neither is; without them (this CPU build) torch's fused AdamW, the same single
+  pass, stands in. `--adam torch` keeps the fallback megatron-core chose.
 It needs CUDA (megatron-core's p2p and DDP assume it): run it on GPUs or under `maya`.
 """
 
@@ -51,6 +55,23 @@ def parse_args(argv=None):
     if a.forward_backward_only:
         sys.exit("megatron_core_gpt.py: error: --forward-backward-only is the imitation's (megatron_gpt.py) only")
     return a
+
+
+class FusedAdamStandIn:
+    """Apex's `FusedAdam(params, adam_w_mode=..., **kw)` signature over torch's fused Adam / AdamW."""
+
+    def __new__(cls, params, adam_w_mode: bool = True, **kw):
+        return (torch.optim.AdamW if adam_w_mode else torch.optim.Adam)(params, fused=True, **kw)
+
+
+def use_fused_adam() -> None:
+    """`--adam fused` where megatron-core found neither Apex nor Transformer Engine (it then builds torch's
+    foreach AdamW): give it a fused Adam with Apex's signature, as if Apex were installed."""
+    import megatron.core.optimizer as mcore_optimizer
+
+    if mcore_optimizer.USING_PYTORCH_OPTIMIZER:
+        mcore_optimizer.USING_PYTORCH_OPTIMIZER = False
+        mcore_optimizer.Adam = FusedAdamStandIn
 
 
 def transformer_config(a) -> TransformerConfig:
@@ -88,6 +109,8 @@ def main(argv=None):
         model = Float16Module(config, model)
     model = DistributedDataParallel(config=config, ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True),
                                     module=model)
+    if a.adam == "fused":
+        use_fused_adam()
     optimizer = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=a.lr, weight_decay=0.01, fp16=a.dtype == "fp16",
                         bf16=a.dtype == "bf16", clip_grad=1.0, initial_loss_scale=2.0 ** 16), [model])

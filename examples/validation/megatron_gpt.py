@@ -19,7 +19,10 @@ Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP inn
 - activation checkpointing per transformer block; fp32, or fp16/bf16 autocast, or with
   `--half-params` Megatron's own mixed precision (`--fp16`/`--bf16` there): parameters, activations
   and gradients in half precision (so DDP and TP move half the bytes), fp32 main weights in the
-  optimizer, gradients unscaled and checked for inf/NaN before the step, the loss in fp32.
+  optimizer, gradients unscaled and checked for inf/NaN before the step, the loss in fp32;
+- optimizer: AdamW as torch picks it (`--adam torch`: foreach on a GPU, several passes over the weights
+  and their moments), or one multi-tensor kernel for the whole step (`--adam fused`), which is what
+  Megatron-LM and Megatron-DeepSpeed step with on CUDA (Apex's `FusedAdam`).
 It runs on whatever `torch.cuda.is_available()` says: GPUs with NCCL, else CPU with gloo.
 """
 
@@ -214,6 +217,9 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
     p.add_argument("--forward-backward-only", action="store_true",
                    help="no optimizer step: time forward + backward only (how NeuSight measured single GPUs)")
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--adam", choices=("torch", "fused"), default="torch",
+                   help="torch: AdamW as torch picks it (foreach on a GPU); fused: one multi-tensor kernel a "
+                        "step, as Apex's FusedAdam that Megatron steps with on CUDA")
     p.add_argument("--p2p", choices=("megatron", "torch"), default="megatron",
                    help="pipeline sends/receives: Megatron's (waited at once, then a device sync) or torch's own")
     a = p.parse_args(argv)
@@ -309,7 +315,8 @@ def main(argv=None):
                                         process_group=groups["dp"])
     params = list(model.parameters())
     main_params = [p.detach().float().requires_grad_() for p in params] if half is not None else params
-    optimizer = torch.optim.AdamW(main_params, lr=a.lr, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(main_params, lr=a.lr, weight_decay=0.01,
+                                  fused=True if a.adam == "fused" else None)
     amp = DTYPES[a.dtype] if a.dtype != "fp32" and half is None else None
     scaler = torch.amp.GradScaler(device.type, enabled=a.dtype == "fp16" and half is None)
     loss_scale = 2.0 ** 16 if half == torch.float16 else 1.0  # Megatron's initial dynamic loss scale

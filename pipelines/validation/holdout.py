@@ -37,6 +37,12 @@ NEUSIGHT_GPUS = {"NVIDIA_H100_80GB_HBM3": "h100", "NVIDIA_A100-SXM4-40GB": "a100
                  "NVIDIA_A100_80GB_PCIe": "a100-80gb-pcie"}
 GPT2_LARGE = dict(layers=36, hidden=1280, heads=20, vocab=50257)
 VTRAIN_VOCAB = 50257  # Megatron GPT-2 BPE vocabulary
+# vTrain measured with Megatron-DeepSpeed, whose `megatron/optimizer/__init__.py` on its main line (every
+# version from 2023-01 on, e.g. 178beeb4 and ad0e1fd6 of microsoft/Megatron-DeepSpeed) takes Apex's
+# FusedAdam when the accelerator is CUDA: one multi-tensor kernel per step, not torch's foreach passes.
+# (Its commit 8fd352da, which builds torch's AdamW "as a temporary solution for CPU optimizer offloading",
+# is on a side branch, not an ancestor of the main line.) vTrain's own profiler steps a FusedAdam too.
+VTRAIN_ADAM = ["--adam", "fused"]
 
 
 class HoldoutMissingError(FileNotFoundError):
@@ -125,8 +131,10 @@ def load_vtrain(kind: str = "single", shared: Path | None = None) -> list[Case]:
             cases.append(Case(
                 name=f"vtrain-{kind}-{i:04d}", source=f"vtrain-{kind}", gpu="a100-80gb", world_size=gpus,
                 nproc_per_node=per_node, nnodes=gpus // per_node, measured_s=measured,
-                # Megatron-DeepSpeed's --fp16: a half-precision model with fp32 main weights, not autocast
-                args=_program_args(model, par, "fp16", True, "eager", 128, half_params=True), model=model, parallel=par,
+                # Megatron-DeepSpeed's --fp16: a half-precision model with fp32 main weights, not autocast;
+                # its optimizer on CUDA is Apex's FusedAdam (VTRAIN_ADAM)
+                args=_program_args(model, par, "fp16", True, "eager", 128, half_params=True) + VTRAIN_ADAM,
+                model=model, parallel=par,
                 dtype="fp16", checkpoint=True,
                 note=f"h{model['hidden']} L{model['layers']} tp{par['tp']} pp{par['pp']} dp{par['dp']} "
                      f"mb{par['micro_batch']} gb{par['global_batch']}"))

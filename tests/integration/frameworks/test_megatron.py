@@ -65,12 +65,13 @@ def test_distributed_optimizer_reduce_scatters_gradients_and_gathers_parameters(
 def test_validation_program_runs_megatrons_fused_softmax_once_each_way_on_a_vtrain_command_line(tmp_path):
     """`examples/validation/megatron_core_gpt.py`, with the command line `make validate` gives a vTrain row
     (fp16 model with fp32 main weights, full recomputation, 1F1B over 2 stages): Megatron's default
-    masked-softmax fusion is one kernel forward (again when the layer is recomputed) and one backward."""
-    from pipelines.validation.holdout import REPO_ROOT, _program_args
+    masked-softmax fusion is one kernel forward (again when the layer is recomputed) and one backward; the
+    optimizer is one fused Adam kernel a step (Megatron with Apex's FusedAdam), not torch's foreach passes."""
+    from pipelines.validation.holdout import REPO_ROOT, VTRAIN_ADAM, _program_args
 
     model = dict(layers=4, hidden=256, heads=8, seq=128, vocab=1000)
     par = dict(tp=1, pp=2, micro_batch=2, global_batch=8)
-    args = _program_args(model, par, "fp16", True, "eager", 128, half_params=True)
+    args = _program_args(model, par, "fp16", True, "eager", 128, half_params=True) + VTRAIN_ADAM
     run = emulate(str(REPO_ROOT / "examples/validation/megatron_core_gpt.py"), tmp_path / "out", *args, "--steps", "3",
                   nproc=2)
     assert run.rc == 0 and run.summary["ok"], ok(run)
@@ -82,4 +83,6 @@ def test_validation_program_runs_megatrons_fused_softmax_once_each_way_on_a_vtra
         assert _count(fwd, "aten::_masked_softmax") == _count(bwd, "aten::_masked_softmax") == per_stage
         assert _count(bwd, "aten::_softmax_backward_data") == per_stage
         assert _count(t, "aten::masked_fill") == _count(t, "aten::_softmax") == 0  # not torch's 4-kernel fallback
+        # one per parameter group (Megatron's with and without weight decay), as Apex's FusedAdam launches
+        assert _count(t, "aten::_fused_adamw_") == 2 and _count(t, "aten::_foreach_lerp_") == 0
     assert simulate(run.out)["hang"] is None

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.paths import REPO
 
 PROGRAM = REPO / "examples" / "validation" / "megatron_gpt.py"
@@ -85,6 +87,30 @@ def test_half_params_moves_half_precision_bytes_like_megatron(tmp_path):
     attn = t[t.module.fillna("").str.contains(r"\.attn")]
     assert (attn.op == "aten::_masked_softmax").sum() == 2 and (attn.op == "aten::_softmax_backward_data").sum() == 2
     assert not attn.op.isin(["aten::masked_fill", "aten::masked_fill_"]).any()
+
+
+@pytest.mark.parametrize("adam", ["torch", "fused"])
+def test_the_optimizer_step_is_torchs_foreach_passes_or_one_fused_kernel(tmp_path, adam):
+    """`--adam fused` (Megatron's Apex FusedAdam) steps the fp32 main weights with one kernel; torch's
+    AdamW on a GPU makes several foreach passes over them."""
+    from emulator.launch.emulate import run_emulation
+    from emulator.trace.io import read_rank_trace
+
+    s = run_emulation(script=str(PROGRAM), module=None, gpu="a100-80gb", nproc_per_node=1, nnodes=1, iterations=2,
+                      out=tmp_path, dedup=True,
+                      argv=[*TINY[:-2], "--dtype", "fp16", "--half-params", "--attention", "eager", "--steps", "3",
+                            "--adam", adam])
+    assert s.ok, s.error
+    t = read_rank_trace(tmp_path, 0).to_pandas()
+    step = t[(t.iteration == 0) & (t.phase == "optimizer") & (t.kind == "kernel")]  # the steady step
+    fused = step[step.op == "aten::_fused_adamw_"]
+    # passes over the weights (not the per-parameter step counters, 0-d tensors)
+    passes = step[step.op.str.startswith("aten::_foreach_") & step.shapes.map(lambda s: any(len(x) for x in s))]
+    if adam == "fused":
+        assert len(fused) == 1 and len(passes) == 0
+        assert set(fused.iloc[0]["dtypes"]) == {"float32"}  # the fp32 main weights, not the fp16 model's
+    else:
+        assert len(fused) == 0 and len(passes) >= 4
 
 
 def test_the_fused_causal_softmax_matches_masked_fill_and_softmax():

@@ -34,6 +34,7 @@ def test_vtrain_rows_become_megatron_program_arguments(tmp_path, monkeypatch):
     assert "--checkpoint" in args and args[args.index("--dtype") + 1] == "fp16"
     assert "--half-params" in args  # Megatron-DeepSpeed --fp16: half-precision model, fp32 main weights
     assert args[args.index("--pad-vocab-to") + 1] == "128"  # Megatron pads the vocabulary
+    assert args[args.index("--adam") + 1] == "fused"  # Megatron-DeepSpeed steps with Apex's FusedAdam on CUDA
 
 
 def test_vtrain_bad_rows_are_refused_with_the_row_number(tmp_path, monkeypatch):
