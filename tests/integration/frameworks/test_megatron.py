@@ -66,7 +66,8 @@ def test_validation_program_runs_megatrons_fused_softmax_once_each_way_on_a_vtra
     """`examples/validation/megatron_core_gpt.py`, with the command line `make validate` gives a vTrain row
     (fp16 model with fp32 main weights, full recomputation, 1F1B over 2 stages): Megatron's default
     masked-softmax fusion is one kernel forward (again when the layer is recomputed) and one backward; the
-    optimizer is one fused Adam kernel a step (Megatron with Apex's FusedAdam), not torch's foreach passes."""
+    optimizer is one fused Adam kernel a step (Megatron with Apex's FusedAdam), not torch's foreach passes,
+    and gradient clipping takes Apex's multi-tensor norm (`emulator.capture.apex_standin`)."""
     from pipelines.validation.holdout import REPO_ROOT, VTRAIN_ADAM, _program_args
 
     model = dict(layers=4, hidden=256, heads=8, seq=128, vocab=1000)
@@ -85,4 +86,7 @@ def test_validation_program_runs_megatrons_fused_softmax_once_each_way_on_a_vtra
         assert _count(t, "aten::masked_fill") == _count(t, "aten::_softmax") == 0  # not torch's 4-kernel fallback
         # one per parameter group (Megatron's with and without weight decay), as Apex's FusedAdam launches
         assert _count(t, "aten::_fused_adamw_") == 2 and _count(t, "aten::_foreach_lerp_") == 0
+        # gradient clipping's norm as Apex's amp_C computes it (one multi-tensor launch, then the norm of the
+        # norms), not a norm per parameter
+        assert _count(t, "aten::_foreach_norm") == 1 and _count(t, "aten::linalg_vector_norm") == 1
     assert simulate(run.out)["hang"] is None
