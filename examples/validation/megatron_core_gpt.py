@@ -57,11 +57,9 @@ def parse_args(argv=None):
     return a
 
 
-class FusedAdamStandIn:
-    """Apex's `FusedAdam(params, adam_w_mode=..., **kw)` signature over torch's fused Adam / AdamW."""
-
-    def __new__(cls, params, adam_w_mode: bool = True, **kw):
-        return (torch.optim.AdamW if adam_w_mode else torch.optim.Adam)(params, fused=True, **kw)
+def fused_adam(params, adam_w_mode: bool = True, **kw) -> torch.optim.Optimizer:
+    """Apex's `FusedAdam(params, adam_w_mode=..., **kw)` call, answered by torch's fused Adam / AdamW."""
+    return (torch.optim.AdamW if adam_w_mode else torch.optim.Adam)(params, fused=True, **kw)
 
 
 def use_fused_adam() -> None:
@@ -71,7 +69,7 @@ def use_fused_adam() -> None:
 
     if mcore_optimizer.USING_PYTORCH_OPTIMIZER:
         mcore_optimizer.USING_PYTORCH_OPTIMIZER = False
-        mcore_optimizer.Adam = FusedAdamStandIn
+        mcore_optimizer.Adam = fused_adam
 
 
 def transformer_config(a) -> TransformerConfig:
