@@ -62,7 +62,7 @@ def multi_tensor_scale(chunk_size, noop_flag, tensor_lists, scale):
     src, dst = tensor_lists
     if scale == 1.0:
         torch._foreach_copy_(dst, src)
-    elif src is dst or all(a is b for a, b in zip(src, dst, strict=True)):
+    elif src is dst:
         torch._foreach_mul_(dst, scale)
     else:
         torch._foreach_copy_(dst, torch._foreach_mul(src, scale))

@@ -13,6 +13,7 @@ import sys
 
 from rich.console import Console
 
+from pipelines.search.evaluate import DEFAULT_PROGRAM
 from pipelines.search.report import run_eval
 from pipelines.validation.holdout import PROGRAMS
 
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ranking", action="store_true", help="skip the vTrain ranking part")
     p.add_argument("--no-efficiency", action="store_true", help="skip the search-efficiency part")
     p.add_argument("--seeds", type=int, default=10, help="seeds per algorithm for the efficiency part")
-    p.add_argument("--program", choices=sorted(PROGRAMS), default="imitation",
+    p.add_argument("--program", choices=sorted(PROGRAMS), default=DEFAULT_PROGRAM,
                    help="the Megatron-style program the ranking trials run: the plain-PyTorch imitation or "
                         "megatron-core itself (installed by `make test-frameworks`)")
     a = p.parse_args(argv)

@@ -35,6 +35,9 @@ DEFAULT_SINGLE = 6
 MIN_LAYOUTS = 5
 SIX_N_EFFICIENCY = 0.5  # 6N x tokens at half of the dense fp16 peak: any constant ranks every layout alike
 METHODS = ("maya", "roofline", "llm-analysis", "6N-tokens")
+# the validation program the ranking trials run by default (`pipelines.validation.holdout.PROGRAMS`):
+# `--program megatron-core` runs megatron-core itself
+DEFAULT_PROGRAM = "imitation"
 
 
 @dataclass

@@ -13,7 +13,15 @@ from rich.table import Table
 from emulator.core.settings import warehouse_root
 from emulator.search.store import Store
 from pipelines.search.efficiency import parts, run_efficiency
-from pipelines.search.evaluate import DEFAULT_MULTI, DEFAULT_SINGLE, METHODS, evaluate_group, select_groups, summarize
+from pipelines.search.evaluate import (
+    DEFAULT_MULTI,
+    DEFAULT_PROGRAM,
+    DEFAULT_SINGLE,
+    METHODS,
+    evaluate_group,
+    select_groups,
+    summarize,
+)
 from pipelines.search.groups import require_program
 from pipelines.validation.holdout import HoldoutMissingError
 from pipelines.validation.runner import ensure_predictors
@@ -56,7 +64,7 @@ def efficiency_table(eff: dict) -> Table:
 
 
 def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficiency: bool = True, seeds: int = 10,
-             console: Console | None = None, out_dir: Path | None = None, program: str = "imitation") -> dict:
+             console: Console | None = None, out_dir: Path | None = None, program: str = DEFAULT_PROGRAM) -> dict:
     """`program` names the validation program every ranking trial runs (`pipelines.validation.holdout.PROGRAMS`);
     its report goes to `search/eval` for the imitation, `search/eval-<program>` otherwise."""
     console = console or Console()
