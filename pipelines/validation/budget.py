@@ -68,8 +68,8 @@ def flag(row: dict, lines: list[dict]) -> str | None:
     else:
         worst = sorted(fams, key=lambda ln: -(ln["predicted_s"] * ((ln.get("heldout_median_ape") or 0) / 100
                                                                  + (ln.get("fallback_share") or 0))))[:3]
-        parts = [f"{ln['family']} {(ln['share'] or 0) * 100:.0f}% of the step, held-out error "
-                 f"{ln['heldout_median_ape'] if ln.get('heldout_median_ape') is not None else '-'}%, "
+        parts = [f"{ln['family']} {(ln['share'] or 0) * 100:.0f}% of the step, "
+                 f"{_heldout_text(ln.get('heldout_median_ape'))}, "
                  f"fallback {(ln.get('fallback_share') or 0) * 100:.0f}%" for ln in worst]
     host = row.get("breakdown_s", {}).get(HOST)
     bound = " (host-bound: the host time sets the step)" if host and host >= (row.get("predicted_s") or 0) * 0.95 \
@@ -100,6 +100,11 @@ def markdown(rows: list[dict], family_errors_by_gpu: dict[str, dict]) -> str:
                        f"{'-' if heldout is None else f'{heldout:.1f}%'} | {_ms(ln.get('measured_s'))} | "
                        f"{_pct(ln.get('error'), '+.0f')} |\n")
     return "".join(out)
+
+
+def _heldout_text(ape: float | None) -> str:
+    """The family's held-out error as the flag line says it (none for a family without a learned model)."""
+    return "no held-out error" if ape is None else f"held-out error {ape:.1f}%"
 
 
 def _pct(x: float | None, fmt: str) -> str:

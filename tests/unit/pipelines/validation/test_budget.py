@@ -35,3 +35,6 @@ def test_without_ground_truth_the_flag_names_large_uncertain_families():
     row = _row(0.30)
     why = flag(row, case_budget(row, {"gemm": 20.0, "norm": 1.0}))
     assert "gemm 60% of the step, held-out error 20.0%" in why
+    # an unrounded error reads as one decimal; a family without one says so instead of "-%"
+    why = flag(row, case_budget(row, {"gemm": 23.38745457613541}))
+    assert "held-out error 23.4%," in why and "norm 10% of the step, no held-out error, fallback 100%" in why
