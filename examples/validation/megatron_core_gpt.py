@@ -111,7 +111,7 @@ def main(argv=None):
         use_fused_adam()
     optimizer = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=a.lr, weight_decay=0.01, fp16=a.dtype == "fp16",
-                        bf16=a.dtype == "bf16", clip_grad=1.0, initial_loss_scale=2.0 ** 16), [model])
+                        bf16=a.dtype == "bf16", clip_grad=a.clip_grad, initial_loss_scale=2.0 ** 16), [model])
     config.finalize_model_grads_func = finalize_model_grads
 
     g = torch.Generator(device="cpu").manual_seed(parallel_state.get_data_parallel_rank())

@@ -19,7 +19,8 @@ Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP inn
 - activation checkpointing per transformer block; fp32, or fp16/bf16 autocast, or with
   `--half-params` Megatron's own mixed precision (`--fp16`/`--bf16` there): parameters, activations
   and gradients in half precision (so DDP and TP move half the bytes), fp32 main weights in the
-  optimizer, gradients unscaled and checked for inf/NaN before the step, the loss in fp32;
+  optimizer, gradients unscaled and checked for inf/NaN across the model-parallel group and clipped by
+  their global norm (`--clip-grad`, Megatron's default 1.0) before the step, the loss in fp32;
 - optimizer: AdamW as torch picks it (`--adam torch`: foreach on a GPU, several passes over the weights
   and their moments), or one multi-tensor kernel for the whole step (`--adam fused`), which is what
   Megatron-LM and Megatron-DeepSpeed step with on CUDA (Apex's `FusedAdam`).
@@ -161,7 +162,7 @@ def build_groups(world: int, tp: int, pp: int):
     dp = world // (tp * pp)
     rank = dist.get_rank() if dist.is_initialized() else 0
     coord = {"pp": rank // (dp * tp), "dp": (rank // tp) % dp, "tp": rank % tp}
-    groups = {"tp": None, "dp": None, "pp": None, "emb": None}
+    groups = {"tp": None, "dp": None, "pp": None, "emb": None, "mp": None}
     if world == 1:
         return dp, coord, groups
     at = lambda p, d, t: (p * dp + d) * tp + t
@@ -180,6 +181,9 @@ def build_groups(world: int, tp: int, pp: int):
             emb = group([ranks[0], ranks[-1]]) if pp > 1 else None
             if (d, t) == (coord["dp"], coord["tp"]):
                 groups["pp"], groups["emb"] = g, emb
+    for d in range(dp):  # Megatron's model-parallel group: every TP and PP rank of one data-parallel replica
+        g = group([at(p, d, t) for p in range(pp) for t in range(tp)])
+        groups["mp"] = g if d == coord["dp"] else groups["mp"]
     return dp, coord, groups
 
 
@@ -220,6 +224,9 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
     p.add_argument("--adam", choices=("torch", "fused"), default="torch",
                    help="torch: AdamW as torch picks it (foreach on a GPU); fused: one multi-tensor kernel a "
                         "step, as Apex's FusedAdam that Megatron steps with on CUDA")
+    p.add_argument("--clip-grad", type=float, default=1.0,
+                   help="with --half-params: clip the gradients by their global L2 norm, as Megatron does by "
+                        "default (1.0); 0 turns it off")
     p.add_argument("--p2p", choices=("megatron", "torch"), default="megatron",
                    help="pipeline sends/receives: Megatron's (waited at once, then a device sync) or torch's own")
     a = p.parse_args(argv)
@@ -256,9 +263,11 @@ def megatron_p2p(device) -> None:
     schedules._batch_p2p = blocking
 
 
-def main_step(params, main_params, optimizer, loss_scale: float, device) -> None:
-    """Megatron's mixed-precision step: half gradients -> fp32 main gradients, unscale and check for
-    inf/NaN, step on the fp32 main weights, copy them back into the half-precision model."""
+def main_step(params, main_params, optimizer, loss_scale: float, device, mp_group, clip_grad: float) -> None:
+    """Megatron's mixed-precision step (`MixedPrecisionOptimizer.step`, megatron/optimizer/optimizer.py):
+    half gradients -> fp32 main gradients; unscale them and check for inf/NaN, the flag taken as the maximum
+    over the model-parallel group and read on the host; clip them by their global norm (`clip_main_grads`);
+    step on the fp32 main weights and copy them back into the half-precision model."""
     grads = [p.grad for p in params if p.grad is not None]
     mains = [m for p, m in zip(params, main_params, strict=True) if p.grad is not None]
     for m, g in zip(mains, grads, strict=True):
@@ -266,12 +275,31 @@ def main_step(params, main_params, optimizer, loss_scale: float, device) -> None
     found_inf = torch.zeros(1, device=device)
     torch._amp_foreach_non_finite_check_and_unscale_([m.grad for m in mains], found_inf,
                                                      torch.full((1,), 1.0 / loss_scale, device=device))
+    if mp_group is not None:  # every stage and TP shard skips the step together
+        dist.all_reduce(found_inf, op=dist.ReduceOp.MAX, group=mp_group)
     if found_inf.item() == 0:  # an overflow skips the step (and would lower the loss scale)
+        if clip_grad > 0:
+            clip_main_grads([m.grad for m in mains], clip_grad, mp_group)
         optimizer.step()
     with torch.no_grad():
         torch._foreach_copy_(params, main_params)
     for p in params:
         p.grad = None
+
+
+def clip_main_grads(grads, max_norm: float, mp_group) -> None:
+    """Megatron's `clip_grad_norm_fp32` (megatron/optimizer/clip_grads.py): the L2 norm of every fp32 main
+    gradient in one multi-tensor pass, its square summed over the model-parallel group, read on the host,
+    and the gradients scaled down only when the norm exceeds `max_norm`. (Megatron leaves tied and
+    TP-replicated parameters out of the norm; those are the embedding on the last stage, biases and layer
+    norms: a small share of the bytes, kept in here.) Under maya the norm reads as 0, so the scaling is not
+    emulated; on a GPU it runs whenever the norm is above the limit."""
+    total = torch.nn.utils.get_total_norm(grads, foreach=True) ** 2
+    if mp_group is not None:
+        dist.all_reduce(total, group=mp_group)
+    norm = total.item() ** 0.5
+    if max_norm / (norm + 1e-6) < 1.0:
+        torch._foreach_mul_(grads, max_norm / (norm + 1e-6))
 
 
 def end_of_iteration() -> None:
@@ -379,7 +407,7 @@ def main(argv=None):
         if a.forward_backward_only:
             end_of_iteration()
         elif half is not None:
-            main_step(params, main_params, optimizer, loss_scale, device)
+            main_step(params, main_params, optimizer, loss_scale, device, groups["mp"], a.clip_grad)
         else:
             scaler.step(optimizer)
             scaler.update()

@@ -113,10 +113,42 @@ def test_the_optimizer_step_is_torchs_foreach_passes_or_one_fused_kernel(tmp_pat
         assert len(fused) == 0 and len(passes) >= 4
 
 
-def test_the_fused_causal_softmax_matches_masked_fill_and_softmax():
-    import importlib.util
+@pytest.mark.parametrize("clip", ["1.0", "0"])
+def test_the_step_agrees_on_overflow_and_clips_across_the_model_parallel_group(tmp_path, clip):
+    """Megatron's step: the inf/NaN flag is a max over the model-parallel group, and with `--clip-grad`
+    (default 1.0) the gradients' norm is one multi-tensor pass whose square is summed over that group."""
+    from emulator.launch.emulate import run_emulation
+    from emulator.trace.io import read_rank_trace
 
+    s = run_emulation(script=str(PROGRAM), module=None, gpu="a100-80gb", nproc_per_node=2, nnodes=1, iterations=2,
+                      out=tmp_path, dedup=True,
+                      argv=[*TINY[:-2], "--dtype", "fp16", "--half-params", "--attention", "eager", "--steps", "3",
+                            "--tp", "2", "--clip-grad", clip])
+    assert s.ok, s.error
+    t = read_rank_trace(tmp_path, 0).to_pandas()
+    steady = t[t.iteration == t.iteration.max()]
+    one_float = steady[(steady.op == "c10d::allreduce_") & (steady.coll_bytes == 4)]
+    assert all(list(r) == [0, 1] for r in one_float.group_ranks)
+    norms = steady[steady.op == "aten::_foreach_norm"]
+    if clip == "0":
+        assert len(one_float) == 1 and len(norms) == 0
+    else:
+        assert len(one_float) == 2 and len(norms) == 1
+
+
+def test_clipping_scales_the_gradients_to_the_limit_only_when_their_norm_exceeds_it():
     import torch
+
+    prog = _program_module()
+    grads = [torch.full((3,), 2.0), torch.full((4,), 2.0)]  # norm 2 * sqrt(7)
+    prog.clip_main_grads(grads, 1.0, None)
+    assert math.isclose(float(torch.linalg.vector_norm(torch.cat(grads))), 1.0, rel_tol=1e-5)
+    prog.clip_main_grads(grads, 10.0, None)  # below the limit: left as they are
+    assert math.isclose(float(torch.linalg.vector_norm(torch.cat(grads))), 1.0, rel_tol=1e-5)
+
+
+def _program_module():
+    import importlib.util
 
     spec = importlib.util.spec_from_file_location("megatron_gpt", PROGRAM)
     prog = importlib.util.module_from_spec(spec)
@@ -125,6 +157,13 @@ def test_the_fused_causal_softmax_matches_masked_fill_and_softmax():
         spec.loader.exec_module(prog)
     finally:
         sys.path.remove(str(PROGRAM.parent))
+    return prog
+
+
+def test_the_fused_causal_softmax_matches_masked_fill_and_softmax():
+    import torch
+
+    prog = _program_module()
     scores = torch.randn(2, 3, 16, 16, dtype=torch.float64, requires_grad=True)
     future = ~torch.ones(16, 16, dtype=torch.bool).tril()
     ref = scores.masked_fill(future, float("-inf")).softmax(-1)
