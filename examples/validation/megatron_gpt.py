@@ -19,8 +19,9 @@ Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP inn
 - activation checkpointing per transformer block; fp32, or fp16/bf16 autocast, or with
   `--half-params` Megatron's own mixed precision (`--fp16`/`--bf16` there): parameters, activations
   and gradients in half precision (so DDP and TP move half the bytes), fp32 main weights in the
-  optimizer, gradients unscaled and checked for inf/NaN across the model-parallel group and clipped by
-  their global norm (`--clip-grad`, Megatron's default 1.0) before the step, the loss in fp32;
+  optimizer, gradients unscaled and checked for inf/NaN across the model-parallel group before the step,
+  the loss in fp32;
+- gradients clipped by their global norm before every step (`--clip-grad`, Megatron's default 1.0);
 - optimizer: AdamW as torch picks it (`--adam torch`: foreach on a GPU, several passes over the weights
   and their moments), or one multi-tensor kernel for the whole step (`--adam fused`), which is what
   Megatron-LM and Megatron-DeepSpeed step with on CUDA (Apex's `FusedAdam`).
@@ -225,8 +226,8 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
                    help="torch: AdamW as torch picks it (foreach on a GPU); fused: one multi-tensor kernel a "
                         "step, as Apex's FusedAdam that Megatron steps with on CUDA")
     p.add_argument("--clip-grad", type=float, default=1.0,
-                   help="with --half-params: clip the gradients by their global L2 norm, as Megatron does by "
-                        "default (1.0); 0 turns it off")
+                   help="clip the gradients by their global L2 norm before the step, as Megatron does by default "
+                        "(1.0); 0 turns it off")
     p.add_argument("--p2p", choices=("megatron", "torch"), default="megatron",
                    help="pipeline sends/receives: Megatron's (waited at once, then a device sync) or torch's own")
     a = p.parse_args(argv)
@@ -409,6 +410,9 @@ def main(argv=None):
         elif half is not None:
             main_step(params, main_params, optimizer, loss_scale, device, groups["mp"], a.clip_grad)
         else:
+            if a.clip_grad > 0:  # Megatron's FP32Optimizer clips the same way (no loss scale to undo there)
+                scaler.unscale_(optimizer)
+                clip_main_grads([p.grad for p in params if p.grad is not None], a.clip_grad, groups["mp"])
             scaler.step(optimizer)
             scaler.update()
         if device.type == "cuda":

@@ -9,7 +9,8 @@ Two sources, both in the evaluation-only holdout (`$MAYA_SHARED/data/holdout/`, 
 - NeuSight (ASPLOS'25): measured end-to-end FP32 training latency of GPT-2-large,
   `neusight/scripts/asplos/label/<GPU>/gpt2_large-train-<seq>-<batch>[-dp4|-tp4|-pp4_1].json`
   (`e2e_latency` ms). Batch is the global batch; `pp4_1` is four stages with one micro-batch.
-  The single-GPU numbers are forward + backward only (`e2e = fw + bwall`), without an optimizer step.
+  The single-GPU numbers are forward + backward only (`e2e = fw + bwall`), without an optimizer step;
+  the 4-GPU ones are Megatron-LM's whole training step (`NEUSIGHT_MEGATRON`).
 
 Each row becomes a `Case`: the arguments of `examples/validation/megatron_gpt.py` that reproduce it,
 the cluster shape, and the measured time. Nothing here is ever trained or tuned on.
@@ -43,6 +44,14 @@ VTRAIN_VOCAB = 50257  # Megatron GPT-2 BPE vocabulary
 # (Its commit 8fd352da, which builds torch's AdamW "as a temporary solution for CPU optimizer offloading",
 # is on a side branch, not an ancestor of the main line.) vTrain's own profiler steps a FusedAdam too.
 VTRAIN_ADAM = ["--adam", "fused"]
+# NeuSight's 4-GPU rows (sitar-lab/NeuSight @ 6945927, scripts/asplos/collect_label_distributed.py) trained
+# Megatron-LM (branch core_r0.5.0, scripts/asplos/install_megatron.sh) through Accelerate's Megatron-LM plugin:
+# `model(**batch)` runs Megatron's whole train step, the update included (the plugin's `optimizer.step()`
+# does nothing), inside the timed region. That Megatron-LM steps Apex's FusedAdam (its
+# megatron/optimizer/__init__.py imports it unconditionally), clips at 1.0 (`megatron_lm_gradient_clipping`
+# in NeuSight's Accelerate configs) and pads the vocabulary to a multiple of 128 x TP, as vTrain's did.
+# The single-GPU rows are Hugging Face's GPT-2 timed forward + backward only, and keep their command line.
+NEUSIGHT_MEGATRON = ["--adam", "fused", "--clip-grad", "1.0"]
 
 
 class HoldoutMissingError(FileNotFoundError):
@@ -171,8 +180,9 @@ def load_neusight(shared: Path | None = None) -> list[Case]:
             cases.append(Case(
                 name=f"neusight-{gpu}-{path.stem}", source="neusight", gpu=gpu, world_size=n, nproc_per_node=n,
                 nnodes=1, measured_s=float(data["e2e_latency"]) / 1e3,
-                args=_program_args(model, par, "fp32", False, "eager", 1)
-                + (["--forward-backward-only"] if kind == "single" else []), model=model, parallel=par,
+                args=_program_args(model, par, "fp32", False, "eager", 1) + ["--forward-backward-only"]
+                if kind == "single" else _program_args(model, par, "fp32", False, "eager", 128) + NEUSIGHT_MEGATRON,
+                model=model, parallel=par,
                 dtype="fp32", checkpoint=False, note=note))
     return cases
 

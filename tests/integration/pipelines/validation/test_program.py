@@ -113,27 +113,27 @@ def test_the_optimizer_step_is_torchs_foreach_passes_or_one_fused_kernel(tmp_pat
         assert len(fused) == 0 and len(passes) >= 4
 
 
-@pytest.mark.parametrize("clip", ["1.0", "0"])
-def test_the_step_agrees_on_overflow_and_clips_across_the_model_parallel_group(tmp_path, clip):
-    """Megatron's step: the inf/NaN flag is a max over the model-parallel group, and with `--clip-grad`
-    (default 1.0) the gradients' norm is one multi-tensor pass whose square is summed over that group."""
+@pytest.mark.parametrize(("precision", "clip"), [("half-params", "1.0"), ("half-params", "0"), ("fp32", "1.0")])
+def test_the_step_agrees_on_overflow_and_clips_across_the_model_parallel_group(tmp_path, precision, clip):
+    """Megatron's step: with half-precision parameters the inf/NaN flag is a max over the model-parallel group;
+    with `--clip-grad` (default 1.0) the gradients' norm is one multi-tensor pass whose square is summed over
+    that group, in either precision."""
     from emulator.launch.emulate import run_emulation
     from emulator.trace.io import read_rank_trace
 
+    dtype = ["--dtype", "fp16", "--half-params"] if precision == "half-params" else ["--dtype", "fp32"]
     s = run_emulation(script=str(PROGRAM), module=None, gpu="a100-80gb", nproc_per_node=2, nnodes=1, iterations=2,
                       out=tmp_path, dedup=True,
-                      argv=[*TINY[:-2], "--dtype", "fp16", "--half-params", "--attention", "eager", "--steps", "3",
-                            "--tp", "2", "--clip-grad", clip])
+                      argv=[*TINY[:-2], *dtype, "--attention", "eager", "--steps", "3", "--tp", "2",
+                            "--clip-grad", clip])
     assert s.ok, s.error
     t = read_rank_trace(tmp_path, 0).to_pandas()
     steady = t[t.iteration == t.iteration.max()]
     one_float = steady[(steady.op == "c10d::allreduce_") & (steady.coll_bytes == 4)]
     assert all(list(r) == [0, 1] for r in one_float.group_ranks)
-    norms = steady[steady.op == "aten::_foreach_norm"]
-    if clip == "0":
-        assert len(one_float) == 1 and len(norms) == 0
-    else:
-        assert len(one_float) == 2 and len(norms) == 1
+    norms = len(steady[steady.op == "aten::_foreach_norm"])
+    flags = 1 if precision == "half-params" else 0  # the fp32 step has no loss scale, so no overflow check
+    assert (len(one_float), norms) == ((flags, 0) if clip == "0" else (flags + 1, 1))
 
 
 def test_clipping_scales_the_gradients_to_the_limit_only_when_their_norm_exceeds_it():

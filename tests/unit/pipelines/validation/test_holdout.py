@@ -73,6 +73,11 @@ def test_neusight_file_names_decode_to_parallel_layouts(tmp_path, monkeypatch):
     assert single.args[single.args.index("--attention") + 1] == "eager"
     # NeuSight timed single GPUs without the optimizer step; the program reproduces exactly that
     assert "--forward-backward-only" in single.args and "--forward-backward-only" not in dp.args
+    # the 4-GPU rows are Megatron-LM's whole step: Apex's FusedAdam, clipping at 1.0, the vocabulary padded to 128
+    for c in (dp, pp):
+        assert c.args[c.args.index("--adam") + 1] == "fused" and c.args[c.args.index("--clip-grad") + 1] == "1.0"
+        assert c.args[c.args.index("--pad-vocab-to") + 1] == "128"
+    assert "--adam" not in single.args and single.args[single.args.index("--pad-vocab-to") + 1] == "1"
 
 
 def test_selection_is_deterministic_bounded_and_one_row_per_layout(tmp_path, monkeypatch):
