@@ -177,12 +177,13 @@ def load_neusight(shared: Path | None = None) -> list[Case]:
             note = f"gpt2-large b{batch} {kind}"
             if kind == "single":
                 note += " (measured fwd+bwd, no optimizer step)"
+            if kind == "single":  # Hugging Face's GPT-2, timed forward + backward only
+                args = _program_args(model, par, "fp32", False, "eager", 1) + ["--forward-backward-only"]
+            else:  # Megatron-LM's whole step
+                args = _program_args(model, par, "fp32", False, "eager", 128) + NEUSIGHT_MEGATRON
             cases.append(Case(
                 name=f"neusight-{gpu}-{path.stem}", source="neusight", gpu=gpu, world_size=n, nproc_per_node=n,
-                nnodes=1, measured_s=float(data["e2e_latency"]) / 1e3,
-                args=_program_args(model, par, "fp32", False, "eager", 1) + ["--forward-backward-only"]
-                if kind == "single" else _program_args(model, par, "fp32", False, "eager", 128) + NEUSIGHT_MEGATRON,
-                model=model, parallel=par,
+                nnodes=1, measured_s=float(data["e2e_latency"]) / 1e3, args=args, model=model, parallel=par,
                 dtype="fp32", checkpoint=False, note=note))
     return cases
 
