@@ -298,9 +298,9 @@ def clip_main_grads(grads, max_norm: float, mp_group) -> None:
     total = torch.nn.utils.get_total_norm(grads, foreach=True) ** 2
     if mp_group is not None:
         dist.all_reduce(total, group=mp_group)
-    norm = total.item() ** 0.5
-    if max_norm / (norm + 1e-6) < 1.0:
-        torch._foreach_mul_(grads, max_norm / (norm + 1e-6))
+    coeff = max_norm / (total.item() ** 0.5 + 1e-6)
+    if coeff < 1.0:
+        torch._foreach_mul_(grads, coeff)
 
 
 def end_of_iteration() -> None:
