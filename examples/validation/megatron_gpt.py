@@ -76,9 +76,26 @@ class CausalSoftmax(torch.autograd.Function):
         return torch._softmax_backward_data(grad, probs, -1, probs.dtype), None
 
 
+def fused_softmax_fits(attn_batches: int, sq: int, sk: int) -> bool:
+    """Megatron's `FusedScaleMaskSoftmax.is_kernel_available` for a causal mask (microsoft/Megatron-DeepSpeed
+    `megatron/model/fused_softmax.py`; the copy in vTrain's `src/model/fused_softmax.py` has the same rule):
+    16 < keys <= 4096, both lengths multiples of 4, batch x heads per partition a multiple of 4 and of the
+    kernel's rows per thread block (`get_batch_per_block` in `scaled_masked_softmax.h`: 128 threads, one
+    warp per row, up to 32 lanes wide, two rows a warp for rows of at most 128 keys). Megatron runs
+    `forward_torch_softmax` otherwise: at TP8 with 16 heads and micro-batch 1 (2 rows of heads), for one."""
+    if not (16 < sk <= 4096 and sq % 4 == 0 and sk % 4 == 0 and attn_batches % 4 == 0):
+        return False
+    width = 1 << (sk - 1).bit_length()
+    rows_per_block = (128 // min(width, 32)) * (2 if width <= 128 else 1)
+    return attn_batches % rows_per_block == 0
+
+
 class Attention(nn.Module):
-    def __init__(self, a, tp_group, tp: int):
+    def __init__(self, a, tp_group, tp: int, layer_number: int = 1):
         super().__init__()
+        # Megatron's query-key layer scaling (on by default): scores divided by the layer number as well,
+        # and multiplied back by it in the softmax (in fp32 when the fused kernel cannot take the shape)
+        self.layer_number = layer_number
         self.heads = a.heads // tp
         self.head_dim = a.hidden // a.heads
         self.qkv = ColumnParallelLinear(a.hidden, 3 * a.hidden, tp_group)
@@ -95,10 +112,18 @@ class Attention(nn.Module):
         b, s, _ = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         drop = self.dropout if self.training else 0.0
-        if self.eager and self.half_softmax:  # Megatron with fp16/bf16: scores stay in half precision
+        if self.eager and self.half_softmax and fused_softmax_fits(b * self.heads, s, s):
+            # Megatron with fp16/bf16: one fused kernel, scores stay in half precision
             att = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(-2, -1)
             with torch.autocast(x.device.type, enabled=False):  # autocast would run softmax in fp32
                 att = CausalSoftmax.apply(att, self.future[:s, :s])
+            y = F.dropout(att, drop, self.training) @ v
+        elif self.eager and self.half_softmax:  # Megatron's forward_torch_softmax: fp32, scale, mask, softmax
+            att = (q * (1.0 / (math.sqrt(self.head_dim) * self.layer_number))) @ k.transpose(-2, -1)
+            with torch.autocast(x.device.type, enabled=False):
+                scores = att.float() * self.layer_number
+                scores.masked_fill_(self.future[:s, :s], -10000.0)  # Megatron's attention_mask_func
+                att = torch.softmax(scores, dim=-1).to(att.dtype)
             y = F.dropout(att, drop, self.training) @ v
         elif self.eager:  # what GPT-2 implementations did before fused attention: matmul, mask, softmax, matmul
             att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
@@ -120,10 +145,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, a, tp_group, tp: int):
+    def __init__(self, a, tp_group, tp: int, layer_number: int = 1):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(a.hidden), nn.LayerNorm(a.hidden)
-        self.attn, self.mlp = Attention(a, tp_group, tp), MLP(a, tp_group)
+        self.attn, self.mlp = Attention(a, tp_group, tp, layer_number), MLP(a, tp_group)
         self.dropout = nn.Dropout(a.dropout)
 
     def forward(self, x):
@@ -142,7 +167,7 @@ class GPTStage(nn.Module):
         if self.wpe is not None:
             nn.init.normal_(self.wpe.weight, std=0.01)
         self.drop = nn.Dropout(a.dropout)
-        self.blocks = nn.ModuleList(Block(a, tp_group, tp) for _ in layers)
+        self.blocks = nn.ModuleList(Block(a, tp_group, tp, i + 1) for i in layers)
         self.ln_f = nn.LayerNorm(a.hidden) if last else None
         self.tp_group = tp_group
 

@@ -64,7 +64,7 @@ def test_half_params_moves_half_precision_bytes_like_megatron(tmp_path):
     from emulator.launch.emulate import run_emulation
     from emulator.trace.io import read_rank_trace
 
-    hidden, micro, seq = 64, 2, 32
+    hidden, micro, seq = 64, 4, 32  # 4 x 2 rows of heads: a shape Megatron's fused softmax takes
     s = run_emulation(script=str(PROGRAM), module=None, gpu="a100-80gb", nproc_per_node=2, nnodes=1, iterations=2,
                       out=tmp_path, dedup=True,
                       argv=["--layers", "2", "--hidden", str(hidden), "--heads", "4", "--seq", str(seq), "--vocab",
@@ -172,3 +172,38 @@ def test_the_fused_causal_softmax_matches_masked_fill_and_softmax():
     out = prog.CausalSoftmax.apply(scores, future)
     (g_out,) = torch.autograd.grad(out, scores, grad)
     assert torch.allclose(out, ref) and torch.allclose(g_out, g_ref)
+
+
+@pytest.mark.parametrize(("rows", "seq", "fits"), [
+    (2, 1024, False),  # TP8 of 16 heads at micro-batch 1: Megatron's unfused fp32 softmax
+    (4, 1024, True), (6, 2048, False), (12, 2048, True),
+    (4, 128, False), (8, 128, True),  # rows of <= 128 keys go two to a warp: 8 rows a block
+    (4, 16, False), (4, 4100, False), (4, 4096, True), (4, 1022, False),
+])
+def test_the_fused_softmax_takes_the_shapes_megatrons_kernel_takes(rows, seq, fits):
+    assert _program_module().fused_softmax_fits(rows, seq, seq) is fits
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+def test_attention_runs_megatrons_fp32_softmax_where_the_fused_kernel_cannot(tmp_path, micro):
+    """At 2 rows of heads a rank (TP2 of 4 heads) micro-batch 1 is not a multiple of 4 rows and micro-batch 2
+    is not one of the kernel's 8 rows a block at 32 keys: both run Megatron's `forward_torch_softmax` (to
+    fp32, scale, masked_fill_, softmax, back to half), forward, recomputed and backward."""
+    from emulator.launch.emulate import run_emulation
+    from emulator.trace.io import read_rank_trace
+
+    s = run_emulation(script=str(PROGRAM), module=None, gpu="a100-80gb", nproc_per_node=2, nnodes=1, iterations=2,
+                      out=tmp_path, dedup=True,
+                      argv=["--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "128",
+                            "--tp", "2", "--micro-batch", str(micro), "--dtype", "fp16", "--half-params",
+                            "--attention", "eager", "--checkpoint", "--steps", "3"])
+    assert s.ok, s.error
+    t = read_rank_trace(tmp_path, 0).to_pandas()
+    t = t[t.iteration == 0]  # the attention is the program's only softmax
+    assert not (t.op == "aten::_masked_softmax").any()
+    softmax = t[t.op == "aten::_softmax"]
+    # two layers, each forward and recomputed, in fp32; the mask filled in place as Megatron's mask function does
+    assert len(softmax) == 4 and all(set(d) == {"float32"} for d in softmax["dtypes"])
+    assert (t[t.module.fillna("").str.contains(r"\.attn")].op == "aten::masked_fill_").sum() == 4
+    backward = t[t.op == "aten::_softmax_backward_data"]
+    assert len(backward) == 2 and all(set(d) == {"float32"} for d in backward["dtypes"])
