@@ -20,7 +20,9 @@ Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP inn
   `--half-params` Megatron's own mixed precision (`--fp16`/`--bf16` there): parameters, activations
   and gradients in half precision (so DDP and TP move half the bytes), fp32 main weights in the
   optimizer, gradients unscaled and checked for inf/NaN across the model-parallel group before the step,
-  the loss in fp32;
+  the loss in fp32; with eager attention, Megatron's activation layout too ([s, b, h] from the embedding to
+  the loss) and its attention (q, k and v as views into `baddbmm`/`bmm`, its fused causal softmax where
+  the kernel takes the shape, its fp32 softmax elsewhere);
 - gradients clipped by their global norm before every step (`--clip-grad`, Megatron's default 1.0);
 - optimizer: AdamW as torch picks it (`--adam torch`: foreach on a GPU, several passes over the weights
   and their moments), or one multi-tensor kernel for the whole step (`--adam fused`), which is what
@@ -104,27 +106,21 @@ class Attention(nn.Module):
         self.eager = a.attention == "eager"
         # Megatron's FusedScaleMaskSoftmax: one fp16/bf16 kernel (scale, mask, softmax), not fp32 passes
         self.half_softmax = a.dtype in ("fp16", "bf16")
+        self.seq_first = a.seq_first
         if self.eager:
             self.register_buffer("causal", torch.ones(a.seq, a.seq, dtype=torch.bool).tril(), persistent=False)
             self.register_buffer("future", ~self.causal, persistent=False)  # the positions a token may not see
 
     def forward(self, x):
+        drop = self.dropout if self.training else 0.0
+        if self.seq_first:
+            return self.proj(self.core_attention(x, drop))
         b, s, _ = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        drop = self.dropout if self.training else 0.0
-        if self.eager and self.half_softmax and fused_softmax_fits(b * self.heads, s, s):
-            # Megatron with fp16/bf16: one fused kernel, scores stay in half precision
-            att = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(-2, -1)
-            with torch.autocast(x.device.type, enabled=False):  # autocast would run softmax in fp32
-                att = CausalSoftmax.apply(att, self.future[:s, :s])
-            y = F.dropout(att, drop, self.training) @ v
-        elif self.eager and self.half_softmax:  # Megatron's forward_torch_softmax: fp32, scale, mask, softmax
-            att = (q * (1.0 / (math.sqrt(self.head_dim) * self.layer_number))) @ k.transpose(-2, -1)
-            with torch.autocast(x.device.type, enabled=False):
-                scores = att.float() * self.layer_number
-                scores.masked_fill_(self.future[:s, :s], -10000.0)  # Megatron's attention_mask_func
-                att = torch.softmax(scores, dim=-1).to(att.dtype)
-            y = F.dropout(att, drop, self.training) @ v
+        if self.eager and self.half_softmax:  # Megatron's softmax on [b, s, h] activations (fp16/bf16 autocast)
+            fused = fused_softmax_fits(b * self.heads, s, s)
+            att = (q * (1.0 / self.norm_factor(fused))) @ k.transpose(-2, -1)
+            y = F.dropout(self.megatron_softmax(att, fused), drop, self.training) @ v
         elif self.eager:  # what GPT-2 implementations did before fused attention: matmul, mask, softmax, matmul
             att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             att = att.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(dim=-1)
@@ -132,6 +128,39 @@ class Attention(nn.Module):
         else:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, s, -1))
+
+    def core_attention(self, x, drop: float):
+        """Megatron's ParallelAttention and CoreAttention on [s, b, h] activations (Megatron-DeepSpeed as vTrain
+        measured it; vTrain's copy of the model, `src/model/gpt_modeling.py`, has the same lines): q, k and v are
+        views of the QKV output ([s, b, heads, 3 x head_dim], split), the scores one `baddbmm` into a fresh
+        buffer with the scale as `alpha`, the context one `bmm`, and a single copy back to [s, b, h]."""
+        s, b, _ = x.shape
+        n = b * self.heads
+        mixed = self.qkv(x).view(s, b, self.heads, 3 * self.head_dim)
+        q, k, v = (t.view(s, n, self.head_dim) for t in mixed.split(self.head_dim, dim=-1))
+        fused = fused_softmax_fits(n, s, s)
+        scores = torch.baddbmm(torch.empty(n, s, s, dtype=q.dtype, device=q.device), q.transpose(0, 1),
+                               k.transpose(0, 1).transpose(1, 2), beta=0.0, alpha=1.0 / self.norm_factor(fused))
+        probs = F.dropout(self.megatron_softmax(scores.view(b, self.heads, s, s), fused), drop, self.training)
+        context = torch.bmm(probs.view(n, s, s), v.transpose(0, 1))
+        return context.view(b, self.heads, s, self.head_dim).permute(2, 0, 1, 3).contiguous().view(s, b, -1)
+
+    def norm_factor(self, fused: bool) -> float:
+        """What Megatron divides the scores by: sqrt(head_dim) x the layer number, which its softmax multiplies
+        back (inside the fused kernel; here the fused path leaves both out, the same numbers)."""
+        return math.sqrt(self.head_dim) * (1 if fused else self.layer_number)
+
+    def megatron_softmax(self, scores, fused: bool):
+        """Megatron's FusedScaleMaskSoftmax on [b, heads, s, s] half-precision scores: the fused causal kernel
+        where it takes the shape (`fused_softmax_fits`), else `forward_torch_softmax`: to fp32, times the layer
+        number, the mask filled in place (Megatron's `attention_mask_func`), softmax, back to half."""
+        s = scores.shape[-1]
+        with torch.autocast(scores.device.type, enabled=False):  # autocast would run softmax in fp32
+            if fused:
+                return CausalSoftmax.apply(scores, self.future[:s, :s])
+            fp32 = scores.float() * self.layer_number
+            fp32.masked_fill_(self.future[:s, :s], -10000.0)
+            return torch.softmax(fp32, dim=-1).to(scores.dtype)
 
 
 class MLP(nn.Module):
@@ -161,7 +190,7 @@ class GPTStage(nn.Module):
 
     def __init__(self, a, layers: range, first: bool, last: bool, tp_group, tp: int):
         super().__init__()
-        self.first, self.last, self.checkpoint = first, last, a.checkpoint
+        self.first, self.last, self.checkpoint, self.seq_first = first, last, a.checkpoint, a.seq_first
         self.wte = VocabParallelEmbedding(a.vocab, a.hidden, tp_group) if first or last else None
         self.wpe = nn.Embedding(a.seq, a.hidden) if first else None
         if self.wpe is not None:
@@ -174,7 +203,10 @@ class GPTStage(nn.Module):
     def forward(self, x):
         if self.first:
             pos = torch.arange(x.shape[1], device=x.device)
-            x = self.drop(self.wte(x) + self.wpe(pos))
+            x = self.wte(x) + self.wpe(pos)
+            if self.seq_first:  # Megatron's embedding turns [b, s, h] into [s, b, h] once, then drops out
+                x = x.transpose(0, 1).contiguous()
+            x = self.drop(x)
         for block in self.blocks:
             x = checkpoint(block, x, use_reentrant=False) if self.checkpoint and self.training else block(x)
         if self.last:  # logits for this rank's vocabulary slice, weight tied to the embedding
@@ -261,6 +293,9 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
         p.error("--half-params needs --dtype fp16 or bf16")
     multiple = a.pad_vocab_to * a.tp
     a.vocab = -(-a.vocab // multiple) * multiple
+    # Megatron's own mixed precision with its attention: activations [s, b, h] from the embedding to the loss,
+    # as Megatron keeps them, so the attention takes q, k and v as views (Attention.core_attention)
+    a.seq_first = a.half_params and a.attention == "eager"
     return a
 
 
@@ -378,6 +413,8 @@ def main(argv=None):
     vocab_start = coord["tp"] * (a.vocab // a.tp)
 
     def loss_fn(logits, y):
+        if a.seq_first:  # Megatron's labels follow the logits: [b, s] -> [s, b]
+            y = y.transpose(0, 1).contiguous()
         if half is not None:  # Megatron computes the cross entropy of half-precision logits in fp32
             return vocab_parallel_cross_entropy(logits.float(), y, vocab_start, groups["tp"]) * loss_scale
         return scaler.scale(vocab_parallel_cross_entropy(logits, y, vocab_start, groups["tp"]))
@@ -386,11 +423,12 @@ def main(argv=None):
     if a.pp > 1:
         # Stage boundaries are known up front, so no shape-inference round trip is needed.
         shape = (a.micro_batch, a.seq)
+        acts = (a.seq, a.micro_batch) if a.seq_first else shape  # what passes between stages
         act_dtype = half or torch.float32  # under autocast the residual stream stays fp32
-        hidden = lambda: torch.zeros(*shape, a.hidden, dtype=act_dtype, device=device, requires_grad=True)
+        hidden = lambda: torch.zeros(*acts, a.hidden, dtype=act_dtype, device=device, requires_grad=True)
         x_in = torch.zeros(shape, dtype=torch.long, device=device) if first else hidden()
         logits_dtype = half or amp or torch.float32  # the LM head runs in half precision (or under autocast)
-        out = torch.zeros(*shape, a.vocab // a.tp, dtype=logits_dtype, device=device, requires_grad=True) if last \
+        out = torch.zeros(*acts, a.vocab // a.tp, dtype=logits_dtype, device=device, requires_grad=True) if last \
             else hidden()
         pipe = PipelineStage(model, stage, a.pp, device, input_args=(x_in,), output_args=(out,), group=groups["pp"])
         # 1F1B needs at least one micro-batch per stage; with fewer, Megatron's 1F1B degenerates to

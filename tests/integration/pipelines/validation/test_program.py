@@ -87,6 +87,11 @@ def test_half_params_moves_half_precision_bytes_like_megatron(tmp_path):
     attn = t[t.module.fillna("").str.contains(r"\.attn")]
     assert (attn.op == "aten::_masked_softmax").sum() == 2 and (attn.op == "aten::_softmax_backward_data").sum() == 2
     assert not attn.op.isin(["aten::masked_fill", "aten::masked_fill_"]).any()
+    # Megatron's [s, b, h] attention: q, k and v are views of the QKV output, the scale is baddbmm's alpha,
+    # and the context is copied once back to [s, b, h]
+    fwd = attn[attn.phase == "forward"]
+    assert (fwd.op == "aten::baddbmm").sum() == 2 and (fwd.op == "aten::clone").sum() == 2
+    assert not fwd.op.isin(["aten::mul", "aten::_to_copy", "aten::copy_"]).any()
 
 
 @pytest.mark.parametrize("adam", ["torch", "fused"])
@@ -207,3 +212,33 @@ def test_attention_runs_megatrons_fp32_softmax_where_the_fused_kernel_cannot(tmp
     assert (t[t.module.fillna("").str.contains(r"\.attn")].op == "aten::masked_fill_").sum() == 4
     backward = t[t.op == "aten::_softmax_backward_data"]
     assert len(backward) == 2 and all(set(d) == {"float32"} for d in backward["dtypes"])
+
+
+@pytest.mark.parametrize("parallel", [("--tp", "2"), ("--pp", "2", "--global-batch", "8", "--checkpoint")])
+def test_megatrons_sequence_first_layout_trains_across_tensor_and_pipeline_ranks(parallel):
+    """With `--half-params` and eager attention the activations are [s, b, h] from the embedding to the loss,
+    across pipeline stages too."""
+    losses = _run(2, *parallel, "--dtype", "bf16", "--half-params", "--attention", "eager")
+    assert _near_uniform(losses[0]) and all(math.isfinite(x) for x in losses)
+
+
+@pytest.mark.parametrize("micro", [1, 2])  # 2 x 4 rows of heads: the fused softmax; 1 x 4: Megatron's fp32 one
+def test_megatrons_core_attention_is_causal_attention_over_its_qkv_layout(micro):
+    """`core_attention` on [s, b, h] is plain causal attention of the heads its QKV output holds ([heads,
+    3 x head_dim] per token), whichever softmax the shape takes (the layer-number scaling cancels)."""
+    import argparse
+
+    import torch
+
+    prog = _program_module()
+    a = argparse.Namespace(heads=4, hidden=32, layers=2, dropout=0.0, attention="eager", dtype="bf16", seq=32,
+                           seq_first=True)
+    attn = prog.Attention(a, None, 1, layer_number=3).double()
+    x = torch.randn(a.seq, micro, a.hidden, dtype=torch.float64)
+    heads = attn.qkv(x).view(a.seq, micro, 4, 3, 8)
+    q, k, v = (heads[:, :, :, i].permute(1, 2, 0, 3) for i in range(3))  # [b, heads, s, head_dim]
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref = ref.permute(2, 0, 1, 3).reshape(a.seq, micro, -1)
+    assert prog.fused_softmax_fits(4 * micro, a.seq, a.seq) is (micro == 2)
+    assert torch.allclose(attn.core_attention(x, 0.0), ref)
+
