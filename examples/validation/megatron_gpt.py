@@ -104,7 +104,7 @@ class Attention(nn.Module):
         self.proj = RowParallelLinear(a.hidden, a.hidden, tp_group, std=0.02 / math.sqrt(2 * a.layers))
         self.dropout = a.dropout
         self.eager = a.attention == "eager"
-        # Megatron's FusedScaleMaskSoftmax: one fp16/bf16 kernel (scale, mask, softmax), not fp32 passes
+        # fp16/bf16 scores go through Megatron's FusedScaleMaskSoftmax (megatron_softmax)
         self.half_softmax = a.dtype in ("fp16", "bf16")
         self.seq_first = a.seq_first
         if self.eager:

@@ -123,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{hidden:6d} {tp:3d} {micro:12d}  no layout of this kind was measured at two depths")
             continue
         lo, hi = pair
-        p = predicted_layer_cost(lo, hi, runs)
+        try:
+            p = predicted_layer_cost(lo, hi, runs)
+        except RuntimeError as e:
+            print(f"{hidden:6d} {tp:3d} {micro:12d}  no prediction: {e}", flush=True)
+            continue
         measured = _per_layer_ms(lo, hi, lo.measured_s, hi.measured_s)
         layout = f"{lo.world_size} GPUs gb{lo.parallel['global_batch']} L{lo.model['layers']}/L{hi.model['layers']}"
         print(f"{hidden:6d} {tp:3d} {micro:12d}  {layout:22s} {measured:8.2f}  {p['iteration']:9.2f}  "

@@ -42,3 +42,27 @@ def test_the_command_prints_the_table_and_refuses_a_malformed_layout_kind(cases,
     assert "1024   8            1      4    5.00" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--predict", "1024:8"])
+
+
+def test_predict_prints_maya_beside_the_measurement_or_says_why_not(cases, capsys, monkeypatch, tmp_path):
+    import re
+
+    import pipelines.validation.layer_cost as layer_cost
+    import pipelines.validation.runner as runner
+
+    monkeypatch.setattr(runner, "ensure_predictors", lambda gpu, runs: None)
+    asked = []
+
+    def maya(lo, hi, runs):  # stands in for two emulations; the second kind's fails
+        asked.append((lo.model["layers"], hi.model["layers"], lo.parallel["global_batch"]))
+        if len(asked) > 1:
+            raise RuntimeError("maya emulate exited 1")
+        return {"iteration": 4.0, "host": 3.0, "compute": 0.5, "communication": 0.5}
+
+    monkeypatch.setattr(layer_cost, "predicted_layer_cost", maya)
+    assert main(["--predict", "1024:8:1,1024:8:1,2048:1:8", "--runs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert asked == [(12, 24, 4), (12, 24, 4)]  # the smallest global batch, shallowest against deepest
+    assert re.search(r"8 GPUs gb4 L12/L24\s+5\.00\s+4\.00\s+\(3\.00\s+0\.50\s+0\.50\)", out)
+    assert "no prediction: maya emulate exited 1" in out
+    assert "2048   1            8  no layout of this kind was measured at two depths" in out
