@@ -90,6 +90,12 @@ class Case:
     note: str = ""
     program: str = PROGRAM  # relative to the repository root
 
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches one data-parallel rank runs an iteration (gradient accumulation steps)."""
+        p = self.parallel
+        return p["global_batch"] // (p["micro_batch"] * p["dp"])
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -175,9 +181,8 @@ def load_neusight(shared: Path | None = None) -> list[Case]:
                        micro_batch=batch // 4 if kind == "dp4" else batch, global_batch=batch)
             model = dict(GPT2_LARGE, seq=seq)
             note = f"gpt2-large b{batch} {kind}"
-            if kind == "single":
-                note += " (measured fwd+bwd, no optimizer step)"
             if kind == "single":  # Hugging Face's GPT-2, timed forward + backward only
+                note += " (measured fwd+bwd, no optimizer step)"
                 args = _program_args(model, par, "fp32", False, "eager", 1) + ["--forward-backward-only"]
             else:  # Megatron-LM's whole step
                 args = _program_args(model, par, "fp32", False, "eager", 128) + NEUSIGHT_MEGATRON
@@ -194,8 +199,7 @@ def case_work(c: Case) -> float:
     Fake tensors make emulation cost independent of the hidden size; it grows with the number
     of ops, i.e. with layers and micro-batches (DP and TP replicas are deduplicated).
     """
-    p = c.parallel
-    return p["global_batch"] / (p["micro_batch"] * p["dp"]) * c.model["layers"]
+    return c.micro_batches * c.model["layers"]
 
 
 def select_vtrain(cases: list[Case], max_cases: int, max_work: float, seed: int = 0) -> list[Case]:

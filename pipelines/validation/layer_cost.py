@@ -21,45 +21,54 @@ import sys
 from collections import defaultdict
 from itertools import combinations
 from pathlib import Path
+from typing import NamedTuple
 
 from emulator.core.settings import warehouse_root
 from pipelines.validation.holdout import Case, HoldoutMissingError, load_vtrain
 
 
-def _by_layout(cases: list[Case]) -> dict[tuple, dict[int, Case]]:
-    """(GPUs, hidden, TP, DP, micro-batch, global batch) -> depth -> case, without pipeline parallelism."""
-    out: dict[tuple, dict[int, Case]] = defaultdict(dict)
+class Layout(NamedTuple):
+    gpus: int
+    hidden: int
+    tp: int
+    dp: int
+    micro_batch: int
+    global_batch: int
+
+
+def _by_layout(cases: list[Case]) -> dict[Layout, dict[int, Case]]:
+    """Layout -> depth -> case, without pipeline parallelism."""
+    out: dict[Layout, dict[int, Case]] = defaultdict(dict)
     for c in cases:
         p = c.parallel
         if p["pp"] == 1:
-            layout = (c.world_size, c.model["hidden"], p["tp"], p["dp"], p["micro_batch"], p["global_batch"])
+            layout = Layout(c.world_size, c.model["hidden"], p["tp"], p["dp"], p["micro_batch"], p["global_batch"])
             out[layout].setdefault(c.model["layers"], c)  # the first row of a repeated layout
     return out
 
 
 def _per_layer_ms(lo: Case, hi: Case, lo_s: float, hi_s: float) -> float:
-    p = lo.parallel
-    micro_batches = p["global_batch"] // (p["dp"] * p["micro_batch"])
-    return (hi_s - lo_s) * 1e3 / ((hi.model["layers"] - lo.model["layers"]) * micro_batches)
+    return (hi_s - lo_s) * 1e3 / ((hi.model["layers"] - lo.model["layers"]) * lo.micro_batches)
 
 
 def layer_costs(cases: list[Case]) -> dict[tuple[int, int, int], list[float]]:
     """(hidden, tp, micro_batch) -> per-layer, per-micro-batch time in ms for every pair of measured depths."""
     out: dict[tuple[int, int, int], list[float]] = defaultdict(list)
-    for (_, hidden, tp, _, micro, _), depths in _by_layout(cases).items():
-        for lo, hi in combinations(sorted(depths), 2):
-            out[(hidden, tp, micro)].append(_per_layer_ms(depths[lo], depths[hi], depths[lo].measured_s,
-                                                          depths[hi].measured_s))
+    for layout, depths in _by_layout(cases).items():
+        for lo, hi in combinations((depths[d] for d in sorted(depths)), 2):
+            kind = (layout.hidden, layout.tp, layout.micro_batch)
+            out[kind].append(_per_layer_ms(lo, hi, lo.measured_s, hi.measured_s))
     return dict(out)
 
 
 def cheapest_pair(cases: list[Case], hidden: int, tp: int, micro: int) -> tuple[Case, Case] | None:
     """The measured layout of that kind with the smallest global batch (then fewest GPUs) at two or more depths:
     its shallowest and deepest rows."""
-    layouts = [(k, d) for k, d in _by_layout(cases).items() if k[1:3] == (hidden, tp) and k[4] == micro and len(d) > 1]
+    layouts = {k: d for k, d in _by_layout(cases).items()
+               if (k.hidden, k.tp, k.micro_batch) == (hidden, tp, micro) and len(d) > 1}
     if not layouts:
         return None
-    _, depths = min(layouts, key=lambda kd: (kd[0][5], kd[0][0]))
+    depths = layouts[min(layouts, key=lambda k: (k.global_batch, k.gpus))]
     return depths[min(depths)], depths[max(depths)]
 
 
