@@ -3,8 +3,9 @@
 For every case: maya's predicted device time per steady iteration and rank, split by op family
 (prediction.json `device_time_by_family`), each family's share timed by the fallback, and the
 held-out error of that family's learned model (the champion predictor's MLflow metrics). For cases
-with per-op ground truth (a CPU case's full `maya profile`, which times every op), the measured
-time of each family beside the predicted one. A case more than `FLAG_ERROR` from its measurement
+with per-op ground truth (a CPU case's full `maya profile`, which times every op; NeuSight's per-op labels
+of its single-GPU rows, `pipelines.validation.label_ops`), the measured time of each family beside the
+predicted one. A case more than `FLAG_ERROR` from its measurement
 is flagged with its largest family errors (measured where known, else the family's time x its
 held-out error), never averaged away.
 """
@@ -81,7 +82,10 @@ def markdown(rows: list[dict], family_errors_by_gpu: dict[str, dict]) -> str:
     out = ["\n### Error budget\n",
            "Per case: predicted device time per steady iteration and rank by op family (and the host and idle "
            "time of the step), the share the fallback timed, the family's held-out median error on its own "
-           "measurements, and, where the case has per-op ground truth, the measured time. Cases more than "
+           "measurements, and, where the case has per-op ground truth, the measured time: a CPU case's full "
+           "`maya profile`; NeuSight's single-GPU rows, NeuSight's own per-op times of the program it measured "
+           "(each node timed alone, one block times the layers; the loss is not among them: "
+           "`python -m pipelines.validation.label_ops`). Cases more than "
            f"{FLAG_ERROR * 100:.0f}% off are flagged first.\n"]
     ordered = sorted(rows, key=lambda r: -abs(r.get("maya_error") or 0))
     for r in ordered:

@@ -32,6 +32,8 @@ PROGRAM = "examples/validation/megatron_gpt.py"
 # PyTorch (torch.distributed.pipelining for PP) and needs nothing else; "megatron-core" is built with
 # megatron-core itself (a test-time extra: `make test-frameworks` installs it).
 PROGRAMS = {"imitation": PROGRAM, "megatron-core": "examples/validation/megatron_core_gpt.py"}
+# NeuSight's single-GPU rows timed Hugging Face's GPT-2, not a Megatron program: its own ops and layouts
+HF_GPT2_PROGRAM = "examples/validation/hf_gpt2.py"
 
 # NeuSight's directory names -> maya GPU keys (emulator.core.hardware)
 NEUSIGHT_GPUS = {"NVIDIA_H100_80GB_HBM3": "h100", "NVIDIA_A100-SXM4-40GB": "a100-40gb",
@@ -181,15 +183,18 @@ def load_neusight(shared: Path | None = None) -> list[Case]:
                        micro_batch=batch // 4 if kind == "dp4" else batch, global_batch=batch)
             model = dict(GPT2_LARGE, seq=seq)
             note = f"gpt2-large b{batch} {kind}"
+            program = PROGRAM
             if kind == "single":  # Hugging Face's GPT-2, timed forward + backward only
                 note += " (measured fwd+bwd, no optimizer step)"
-                args = _program_args(model, par, "fp32", False, "eager", 1) + ["--forward-backward-only"]
+                program = HF_GPT2_PROGRAM
+                args = [str(v) for v in ("--layers", model["layers"], "--hidden", model["hidden"], "--heads",
+                                         model["heads"], "--vocab", model["vocab"], "--seq", seq, "--batch", batch)]
             else:  # Megatron-LM's whole step
                 args = _program_args(model, par, "fp32", False, "eager", 128) + NEUSIGHT_MEGATRON
             cases.append(Case(
                 name=f"neusight-{gpu}-{path.stem}", source="neusight", gpu=gpu, world_size=n, nproc_per_node=n,
                 nnodes=1, measured_s=float(data["e2e_latency"]) / 1e3, args=args, model=model, parallel=par,
-                dtype="fp32", checkpoint=False, note=note))
+                dtype="fp32", checkpoint=False, note=note, program=program))
     return cases
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from emulator.core.hardware import get_gpu
 from emulator.core.settings import warehouse_root
-from pipelines.validation import baselines, report, runner, suites
+from pipelines.validation import baselines, label_ops, report, runner, suites
 from pipelines.validation.holdout import HoldoutMissingError
 from pipelines.validation.metrics import pct
 
@@ -87,6 +87,14 @@ def _run_section(cases, run_one, console: Console | None, label: str) -> list[di
     return rows
 
 
+def _with_label_ops(case, res):
+    """A GPU case's result with the per-family times its publisher measured op by op (NeuSight's single-GPU
+    rows), for the error budget; unchanged where there are none."""
+    if res is not None and not res.measured_by_family:
+        res.measured_by_family = label_ops.measured_by_family(case.name)
+    return res
+
+
 def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fresh: bool = False,
                    out_dir: Path | None = None, only: str | None = None, timeout_s: float = 900,
                    console: Console | None = None, resimulate: bool = False, stored: bool = False,
@@ -138,7 +146,7 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
                 _predictors({c.gpu for c in cases}, runs, rep, console)
                 run_one = lambda c: runner.run_gpu_case(c, runs, iterations=gpu_iterations, timeout_s=timeout_s,
                                                         fresh=fresh, resimulate=resimulate)
-            rows = _run_section(cases, run_one, console, "gpu")
+            rows = _run_section(cases, lambda c: _with_label_ops(c, run_one(c)), console, "gpu")
             rep["gpu"] = {"rows": rows, "summary": report.table_summary(rows, report.GPU_TARGET),
                           "preamble": GPU_PREAMBLE}
     gpus = {r["gpu"] for s in ("cpu", "gpu") for r in (rep.get(s) or {}).get("rows", [])}

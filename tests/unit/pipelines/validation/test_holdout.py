@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from pipelines.validation import holdout
-from pipelines.validation.holdout import HoldoutMissingError, case_work, load_neusight, load_vtrain, select_vtrain
+from pipelines.validation.holdout import (
+    HF_GPT2_PROGRAM,
+    PROGRAM,
+    HoldoutMissingError,
+    case_work,
+    load_neusight,
+    load_vtrain,
+    select_vtrain,
+)
 
 HEADER = ("\ufeff# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
           "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n")
@@ -69,15 +77,17 @@ def test_neusight_file_names_decode_to_parallel_layouts(tmp_path, monkeypatch):
     pp = cases["1024-4-pp4_1"]
     assert pp.parallel["pp"] == 4 and pp.parallel["micro_batch"] == 4  # one micro-batch through 4 stages
     single = cases["1024-1"]
-    assert single.world_size == 1 and single.dtype == "fp32" and "--checkpoint" not in single.args
-    assert single.args[single.args.index("--attention") + 1] == "eager"
-    # NeuSight timed single GPUs without the optimizer step; the program reproduces exactly that
-    assert "--forward-backward-only" in single.args and "--forward-backward-only" not in dp.args
+    assert single.world_size == 1 and single.dtype == "fp32"
+    # NeuSight timed Hugging Face's GPT-2 on single GPUs (forward + backward, no optimizer): that program
+    assert single.program == HF_GPT2_PROGRAM and dp.program == pp.program == PROGRAM
+    value = {k: v for k, v in zip(single.args[::2], single.args[1::2], strict=True)}
+    assert value["--batch"] == "1" and value["--seq"] == "1024"
+    assert value["--layers"] == "36"
     # the 4-GPU rows are Megatron-LM's whole step: Apex's FusedAdam, clipping at 1.0, the vocabulary padded to 128
     for c in (dp, pp):
         assert c.args[c.args.index("--adam") + 1] == "fused" and c.args[c.args.index("--clip-grad") + 1] == "1.0"
         assert c.args[c.args.index("--pad-vocab-to") + 1] == "128"
-    assert "--adam" not in single.args and single.args[single.args.index("--pad-vocab-to") + 1] == "1"
+    assert "--adam" not in single.args and "--pad-vocab-to" not in single.args
 
 
 def test_selection_is_deterministic_bounded_and_one_row_per_layout(tmp_path, monkeypatch):
