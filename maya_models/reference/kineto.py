@@ -293,6 +293,79 @@ def signature_of(e: dict, list_dtype=None):
     return (op, shapes, dtypes, strides_out, args, args_known, inferred), None
 
 
+def _meta_value(raw, arg):
+    """A Concrete Inputs string as the Python value the op takes on the meta device (dtype, memory format,
+    layout and device arguments as torch objects; the device always `meta`)."""
+    import torch
+
+    if arg.name == "device":
+        return "meta"
+    v = _parse_value(raw, str(arg.type), arg.name)
+    if isinstance(v, str) and ("dtype" in arg.name or arg.name in ("memory_format", "layout")):
+        return getattr(torch, v)
+    return v
+
+
+def infer_outputs(e: dict, shapes: list, dtypes: list, strides) -> tuple[list, list] | None:
+    """(out_shapes, out_dtypes) of one cpu_op call, or None where they cannot be known.
+
+    A trace records an op's inputs only, but the bytes its kernels move include the outputs: a row without
+    them tells the predictor an elementwise kernel moved half or two thirds of what it did, and so ran at
+    that fraction of its real bandwidth. The op's resolved overload is run on meta tensors of the recorded
+    inputs (non-tensor arguments from "Concrete Inputs", defaults where the trace has none)."""
+    import torch
+
+    a = e.get("args", {})
+    types, dims, concrete = a.get("Input type") or [], a.get("Input Dims") or [], a.get("Concrete Inputs")
+    sch = resolve_schema(canonical_op(e["name"]), list(types))
+    if sch is None:
+        return None
+    name, overload = sch.name.split("::")[-1], sch.overload_name or "default"
+    fn = getattr(getattr(torch.ops.aten, name, None), overload, None)
+    if fn is None:
+        return None
+    tensors = iter(range(len(shapes)))
+
+    def meta(j):
+        st = strides[j] if strides and strides[j] else None
+        shape, dtype = shapes[j], getattr(torch, dtypes[j])
+        if st is not None and len(st) == len(shape):
+            return torch.empty_strided(shape, st, dtype=dtype, device="meta")
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    pos, kw = [], {}
+    try:
+        for i, (arg, t) in enumerate(zip(sch.arguments, types, strict=True)):
+            kind = _rec_kind(t)
+            if kind == "tensor":
+                v = meta(next(tensors))
+            elif kind == "list":
+                v = [meta(next(tensors)) for _ in dims[i]]
+            elif kind == "none":  # an absent optional, or a value the profiler did not record (a str)
+                if arg.has_default_value() and not str(arg.type).startswith("Optional["):
+                    continue
+                v = None
+            elif concrete is not None and i < len(concrete) and concrete[i] not in ("", None):
+                v = _meta_value(concrete[i], arg)
+            elif arg.name == "device":
+                v = "meta"
+            elif arg.has_default_value():
+                continue
+            else:
+                return None
+            if arg.kwarg_only:
+                kw[arg.name] = v
+            else:
+                pos.append(v)
+        out = fn(*pos, **kw)
+    except Exception:  # an op meta tensors cannot run, or arguments the trace recorded unreadably
+        return None
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
+    if not outs:
+        return None
+    return [list(o.shape) for o in outs], [str(o.dtype).removeprefix("torch.") for o in outs]
+
+
 # --------------------------------------------------------------------------------------------
 # interval helpers
 
@@ -507,6 +580,12 @@ def extract(trace: dict, timing: str, level: str = "dispatch"):
             kdrops[why] += nk
             continue
         op, shapes, dtypes, strides, args, args_known, dtype_inferred = sig
+        outputs = infer_outputs(e, shapes, dtypes, strides)
+        if outputs is None:
+            why = "output shapes not inferable (the op does not run on meta tensors of its recorded inputs)"
+            drops[why] += 1
+            kdrops[why] += nk
+            continue
         devs = {k.get("args", {}).get("device") for k in ks}
         dev = next(iter(devs)) if len(devs) == 1 else None
         props = devprops.get(int(dev)) if dev is not None else None
@@ -531,6 +610,7 @@ def extract(trace: dict, timing: str, level: str = "dispatch"):
         step = next((n for n in ch if n.startswith("ProfilerStep#")), None)
         rows.append({
             "op": op, "shapes": shapes, "dtypes": dtypes, "strides": strides, "args_dict": args,
+            "out_shapes": outputs[0], "out_dtypes": outputs[1],
             "args_known": args_known, "dtype_inferred": dtype_inferred, "duration_us": dur, "n_kernels": nk,
             "kernel_names": [k["name"] for k in ks],
             "streams": sorted({int(k.get("args", {}).get("stream", -1)) for k in ks}),
@@ -591,8 +671,6 @@ def to_frame(rows, src: dict, trace: dict, stats: dict) -> pd.DataFrame:
     df["run_id"] = f"insitu-{src['name']}"
     df["timing"] = src["timing"]
     df["software"] = software_of(trace)
-    df["out_shapes"] = None
-    df["out_dtypes"] = None
     df["signature"] = [signature_key(o, s, d, st, a) for o, s, d, st, a in
                        zip(df["op"], df["shapes"], df["dtypes"], df["strides"], df["args"], strict=False)]
     df["provenance"] = (f"{src['repo']}@{src['commit']}:{src['path']} ({src['detail']}; Kineto per-op sum "
