@@ -68,7 +68,9 @@ def gemm(dims: list[int], dtypes) -> Iterator[Signature]:
     """mm in the four layouts training produces, addmm (Linear with bias) and bmm.
 
     Linear forward y = x W^T is mm([m,k], [k,n]) with the weight transposed (strides [1,k]);
-    backward computes dX = dY W (plain layout) and dW = dY^T X (first operand transposed).
+    backward computes dX = dY W (plain layout) and dW = dY^T X (first operand transposed). A
+    Conv1D-style layer (Hugging Face's GPT-2 stores its weight [in, out]) runs addmm on the plain
+    layout, which cuBLAS serves with other kernels than the transposed one.
     """
     for (m, n, k), dt in itertools.product(itertools.product(dims, repeat=3), dtypes):
         d2 = [dt, dt]
@@ -77,6 +79,7 @@ def gemm(dims: list[int], dtypes) -> Iterator[Signature]:
         yield _sig("aten::mm", [[n, m], [m, k]], d2, [[1, n], [k, 1]])  # grad weight
         yield _sig("aten::mm", [[m, k], [k, n]], d2, [[k, 1], [n, 1]])  # plain
         yield _sig("aten::addmm", [[n], [m, k], [k, n]], [dt] * 3, [[1], [k, 1], [1, k]])
+        yield _sig("aten::addmm", [[n], [m, k], [k, n]], [dt] * 3, [[1], [k, 1], [n, 1]])  # Conv1D
     for b, s, d, dt in itertools.product((4, 16), dims[:3], (64, 128), dtypes):
         yield _sig("aten::bmm", [[b, s, d], [b, d, s]], [dt, dt])  # scores
         yield _sig("aten::bmm", [[b, s, s], [b, s, d]], [dt, dt])  # weighted values

@@ -21,3 +21,14 @@ def test_cpu_sweep_leaves_every_attention_op_and_element_size_learnable():
     assert {op for op, _ in per_op_dtype} == {"aten::_scaled_dot_product_flash_attention_for_cpu",
                                               "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
     assert min(per_op_dtype.values()) >= MIN_SEEN_ROWS, per_op_dtype
+
+
+def test_the_sweep_measures_addmm_in_both_weight_layouts_programs_use():
+    """nn.Linear hands addmm its weight transposed; a Conv1D layer (Hugging Face's GPT-2) untransposed. cuBLAS
+    serves the two with different kernels, so the trees need both to tell them apart."""
+    layouts = Counter()
+    for s in designed_sweep(torch.device("cpu")):
+        if s.op == "aten::addmm":
+            (_, k), (_, n) = s.shapes[1], s.shapes[2]
+            layouts[{(1, k): "linear", (n, 1): "conv1d"}[tuple(s.strides[2])]] += 1
+    assert layouts["linear"] == layouts["conv1d"] > 0
