@@ -52,8 +52,6 @@ def parse_args(argv=None):
     if a.dtype != "fp32" and not a.half_params:
         sys.exit("megatron_core_gpt.py: error: megatron-core trains in half precision only as Megatron's "
                  "--fp16/--bf16: add --half-params")
-    if a.forward_backward_only:
-        sys.exit("megatron_core_gpt.py: error: --forward-backward-only is the imitation's (megatron_gpt.py) only")
     return a
 
 

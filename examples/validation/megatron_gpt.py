@@ -1,8 +1,9 @@
 """GPT training with Megatron-style tensor, pipeline and data parallelism, in plain PyTorch.
 
 The validation workload of maya: it reproduces the configurations behind published GPU
-measurements (vTrain's Megatron-DeepSpeed GPT runs on A100, NeuSight's GPT-2-large runs on
-H100) as an ordinary training program, so `maya predict` can be compared with them.
+measurements (vTrain's Megatron-DeepSpeed GPT runs on A100, NeuSight's 4-GPU Megatron-LM GPT-2-large
+runs on H100 and A100; its single-GPU rows are `hf_gpt2.py`'s) as an ordinary training program, so
+`maya predict` can be compared with them.
 
     torchrun --nproc-per-node 8 megatron_gpt.py --layers 24 --hidden 2048 --heads 16 \
         --tp 2 --pp 2 --micro-batch 4 --global-batch 32 --dtype fp16 --checkpoint
@@ -276,8 +277,6 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing of every block")
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--forward-backward-only", action="store_true",
-                   help="no optimizer step: time forward + backward only (how NeuSight measured single GPUs)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--adam", choices=("torch", "fused"), default="torch",
                    help="torch: AdamW as torch picks it (foreach on a GPU); fused: one multi-tensor kernel a "
@@ -361,15 +360,6 @@ def clip_main_grads(grads, max_norm: float, mp_group) -> None:
     coeff = max_norm / (total.item() ** 0.5 + 1e-6)
     if coeff < 1.0:
         torch._foreach_mul_(grads, coeff)
-
-
-def end_of_iteration() -> None:
-    """An iteration without an optimizer step: tell maya where it ends (nothing happens in a plain run)."""
-    try:
-        from emulator import mark_iteration
-    except ImportError:
-        return
-    mark_iteration()
 
 
 def main(argv=None):
@@ -468,9 +458,7 @@ def main(argv=None):
         if groups["emb"] is not None and (first or last):  # tied embedding: first and last stage agree
             wte = (model.module if isinstance(model, DistributedDataParallel) else model).wte.weight
             dist.all_reduce(wte.grad, group=groups["emb"])
-        if a.forward_backward_only:
-            end_of_iteration()
-        elif half is not None:
+        if half is not None:
             main_step(params, main_params, optimizer, loss_scale, device, groups["mp"], a.clip_grad)
         else:
             if a.clip_grad > 0:  # Megatron's FP32Optimizer clips the same way (no loss scale to undo there)
