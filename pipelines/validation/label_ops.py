@@ -13,7 +13,7 @@ step; the loss (cross entropy on the logits) is not a graph node, so `softmax_lo
     python -m pipelines.validation.label_ops --curate NEUSIGHT_CLONE   # write the evaluation parquet
     python -m pipelines.validation.label_ops --runs DIR                # measured vs predicted per family
 
-The parquet (`warehouse/reference/evaluation/neusight_label_ops.parquet`) is evaluation data: nothing
+The parquet (`evaluation/neusight_label_ops.parquet` of the reference folder) is evaluation data: nothing
 trains or tunes on it (maya_models never reads `evaluation/`).
 """
 
@@ -29,11 +29,11 @@ from pathlib import Path
 import pandas as pd
 
 from emulator.core.ops import op_family
+from maya_models.reference import reference_dir
 from pipelines.validation.holdout import NEUSIGHT_GPUS
 from pipelines.validation.metrics import rel_error
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LABEL_OPS = REPO_ROOT / "warehouse" / "reference" / "evaluation" / "neusight_label_ops.parquet"
+LABEL_OPS_NAME = "evaluation/neusight_label_ops.parquet"  # under the reference folder
 NEUSIGHT = "sitar-lab/NeuSight@6945927d9afcca2b9daf021f8395e53edc5b4eef"
 LABELS = "scripts/asplos/label"
 _SINGLE = re.compile(r"^gpt2_large-train-(?P<seq>\d+)-(?P<batch>\d+)\.csv$")
@@ -63,8 +63,14 @@ def node_op(kind: str, target: str, meta: str, shapes: list) -> str | None:
     return None
 
 
-def curate(clone: Path, out: Path = LABEL_OPS) -> pd.DataFrame:
+def label_ops_path() -> Path:
+    """The curated labels in the reference folder (`maya_models.reference.reference_dir`, $MAYA_REFERENCE)."""
+    return reference_dir() / LABEL_OPS_NAME
+
+
+def curate(clone: Path, out: Path | None = None) -> pd.DataFrame:
     """The label rows of every single-GPU GPT-2 run of a known GPU in a NeuSight checkout, one per kernel node."""
+    out = out or label_ops_path()
     frames = []
     for gpu_dir, gpu in sorted(NEUSIGHT_GPUS.items()):
         for path in sorted((clone / LABELS / gpu_dir).glob("gpt2_large-train-*.csv")):
@@ -93,9 +99,10 @@ def curate(clone: Path, out: Path = LABEL_OPS) -> pd.DataFrame:
     return df
 
 
-def measured_by_family(case_name: str, path: Path = LABEL_OPS) -> dict[str, float]:
+def measured_by_family(case_name: str, path: Path | None = None) -> dict[str, float]:
     """Measured seconds per iteration of each op family of one NeuSight case ({} where it has no per-op label).
     A parameter's gradient accumulation is an elementwise add."""
+    path = path or label_ops_path()
     if not path.is_file():
         return {}
     df = pd.read_parquet(path)
@@ -107,8 +114,9 @@ def measured_by_family(case_name: str, path: Path = LABEL_OPS) -> dict[str, floa
     return {fam: s for fam, s in out.items() if s > 0}
 
 
-def compare(runs: Path, path: Path = LABEL_OPS) -> list[dict]:
+def compare(runs: Path, path: Path | None = None) -> list[dict]:
     """Per case with labels and a prediction under `runs`: each family's measured and predicted seconds."""
+    path = path or label_ops_path()
     lines = []
     for case in sorted(set(pd.read_parquet(path)["case"])):
         pred_path = runs / case / "out" / "prediction.json"
@@ -131,7 +139,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.curate:
         df = curate(a.curate)
-        print(f"{len(df)} kernel nodes of {df['case'].nunique()} runs -> {LABEL_OPS.relative_to(REPO_ROOT)}")
+        print(f"{len(df)} kernel nodes of {df['case'].nunique()} runs -> {label_ops_path()}")
         return
     print(f"{'case':48s} {'family':13s} {'measured':>10s} {'predicted':>10s} {'error':>8s}")
     for ln in compare(a.runs):

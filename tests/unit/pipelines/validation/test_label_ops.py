@@ -48,9 +48,9 @@ def test_block_nodes_count_once_per_layer_and_kernelless_nodes_are_left_out(tmp_
 
 
 def test_the_committed_labels_cover_neusights_single_gpu_runs_and_stay_out_of_training():
-    df = pd.read_parquet(label_ops.LABEL_OPS)
+    df = pd.read_parquet(label_ops.label_ops_path())
     assert sorted(set(df["case"])) == [
         "neusight-a100-80gb-pcie-gpt2_large-train-1024-1", "neusight-a100-80gb-pcie-gpt2_large-train-1024-4",
         "neusight-h100-gpt2_large-train-1024-1", "neusight-h100-gpt2_large-train-1024-4"]
     assert df["evaluation_only"].all()
-    assert label_ops.LABEL_OPS.stem not in reference_datasets()  # what the predictors are trained from
+    assert label_ops.label_ops_path().stem not in reference_datasets()  # what the predictors are trained from
