@@ -294,12 +294,10 @@ def signature_of(e: dict, list_dtype=None):
 
 
 def _meta_value(raw, arg):
-    """A Concrete Inputs string as the Python value the op takes on the meta device (dtype, memory format,
-    layout and device arguments as torch objects; the device always `meta`)."""
+    """A Concrete Inputs string as the Python value the op takes on the meta device (dtype, memory format and
+    layout arguments as torch objects)."""
     import torch
 
-    if arg.name == "device":
-        return "meta"
     v = _parse_value(raw, str(arg.type), arg.name)
     if isinstance(v, str) and ("dtype" in arg.name or arg.name in ("memory_format", "layout")):
         return getattr(torch, v)
@@ -345,10 +343,10 @@ def infer_outputs(e: dict, shapes: list, dtypes: list, strides) -> tuple[list, l
                 if arg.has_default_value() and not str(arg.type).startswith("Optional["):
                     continue
                 v = None
+            elif arg.name == "device":  # whatever the trace's device, the op runs on meta tensors
+                v = "meta"
             elif concrete is not None and i < len(concrete) and concrete[i] not in ("", None):
                 v = _meta_value(concrete[i], arg)
-            elif arg.name == "device":
-                v = "meta"
             elif arg.has_default_value():
                 continue
             else:
@@ -580,12 +578,6 @@ def extract(trace: dict, timing: str, level: str = "dispatch"):
             kdrops[why] += nk
             continue
         op, shapes, dtypes, strides, args, args_known, dtype_inferred = sig
-        outputs = infer_outputs(e, shapes, dtypes, strides)
-        if outputs is None:
-            why = "output shapes not inferable (the op does not run on meta tensors of its recorded inputs)"
-            drops[why] += 1
-            kdrops[why] += nk
-            continue
         devs = {k.get("args", {}).get("device") for k in ks}
         dev = next(iter(devs)) if len(devs) == 1 else None
         props = devprops.get(int(dev)) if dev is not None else None
@@ -595,6 +587,12 @@ def extract(trace: dict, timing: str, level: str = "dispatch"):
         if props is None:
             drops["GPU not named in the trace (no deviceProperties)"] += 1
             kdrops["GPU not named in the trace (no deviceProperties)"] += nk
+            continue
+        outputs = infer_outputs(e, shapes, dtypes, strides)
+        if outputs is None:
+            why = "output shapes not inferable (the op does not run on meta tensors of its recorded inputs)"
+            drops[why] += 1
+            kdrops[why] += nk
             continue
         ks.sort(key=lambda k: float(k["ts"]))
         dur = sum(float(k.get("dur", 0)) for k in ks)

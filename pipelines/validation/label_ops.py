@@ -30,8 +30,9 @@ import pandas as pd
 
 from emulator.core.ops import op_family
 from maya_models.reference import reference_dir
-from pipelines.validation.holdout import NEUSIGHT_GPUS
+from pipelines.validation.holdout import NEUSIGHT_GPUS, load_neusight
 from pipelines.validation.metrics import rel_error
+from pipelines.validation.runner import stored_result
 
 LABEL_OPS_NAME = "evaluation/neusight_label_ops.parquet"  # under the reference folder
 NEUSIGHT = "sitar-lab/NeuSight@6945927d9afcca2b9daf021f8395e53edc5b4eef"
@@ -99,34 +100,37 @@ def curate(clone: Path, out: Path | None = None) -> pd.DataFrame:
     return df
 
 
-def measured_by_family(case_name: str, path: Path | None = None) -> dict[str, float]:
-    """Measured seconds per iteration of each op family of one NeuSight case ({} where it has no per-op label).
-    A parameter's gradient accumulation is an elementwise add."""
+def families_by_case(path: Path | None = None) -> dict[str, dict[str, float]]:
+    """Measured seconds per iteration of each op family, per NeuSight case with per-op labels ({} without the
+    file). A parameter's gradient accumulation is an elementwise add."""
     path = path or label_ops_path()
     if not path.is_file():
         return {}
     df = pd.read_parquet(path)
-    df = df[df["case"] == case_name]
-    out: dict[str, float] = defaultdict(float)
-    for r in df.itertuples(index=False):
-        out[r.family] += (r.fw_s + r.bw_s) * r.repeat
-        out[op_family("aten::add")] += r.acc_s * r.repeat
-    return {fam: s for fam, s in out.items() if s > 0}
+    passes = pd.concat([df.assign(s=(df["fw_s"] + df["bw_s"]) * df["repeat"]),
+                        df.assign(s=df["acc_s"] * df["repeat"], family=op_family("aten::add"))])
+    sums = passes.groupby(["case", "family"])["s"].sum()
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for (case, fam), sec in sums.items():
+        if sec > 0:
+            out[case][fam] = float(sec)
+    return dict(out)
 
 
 def compare(runs: Path, path: Path | None = None) -> list[dict]:
-    """Per case with labels and a prediction under `runs`: each family's measured and predicted seconds."""
-    path = path or label_ops_path()
+    """Per labelled NeuSight case with a stored result under `runs`: each family's measured and predicted
+    seconds."""
+    measured_by_case = families_by_case(path)
     lines = []
-    for case in sorted(set(pd.read_parquet(path)["case"])):
-        pred_path = runs / case / "out" / "prediction.json"
-        if not pred_path.is_file():
+    for case in load_neusight():
+        res = stored_result(case, runs) if case.name in measured_by_case else None
+        if res is None:
             continue
-        predicted = {f: v["device_s"] for f, v in json.loads(pred_path.read_text())["device_time_by_family"].items()}
-        measured = measured_by_family(case, path)
+        measured, predicted = measured_by_case[case.name], {f: v["device_s"] for f, v in
+                                                             res.device_time_by_family.items()}
         for fam in sorted(set(measured) | set(predicted), key=lambda f: -measured.get(f, 0.0)):
             m, p = measured.get(fam), predicted.get(fam)
-            lines.append({"case": case, "family": fam, "measured_s": m, "predicted_s": p,
+            lines.append({"case": case.name, "family": fam, "measured_s": m, "predicted_s": p,
                           "error": rel_error(p, m) if m and p is not None else None})
     return lines
 

@@ -87,11 +87,11 @@ def _run_section(cases, run_one, console: Console | None, label: str) -> list[di
     return rows
 
 
-def _with_label_ops(case, res):
+def _with_label_ops(res, measured_by_family: dict[str, float]):
     """A GPU case's result with the per-family times its publisher measured op by op (NeuSight's single-GPU
     rows), for the error budget; unchanged where there are none."""
     if res is not None and not res.measured_by_family:
-        res.measured_by_family = label_ops.measured_by_family(case.name)
+        res.measured_by_family = measured_by_family
     return res
 
 
@@ -146,7 +146,9 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
                 _predictors({c.gpu for c in cases}, runs, rep, console)
                 run_one = lambda c: runner.run_gpu_case(c, runs, iterations=gpu_iterations, timeout_s=timeout_s,
                                                         fresh=fresh, resimulate=resimulate)
-            rows = _run_section(cases, lambda c: _with_label_ops(c, run_one(c)), console, "gpu")
+            labelled = label_ops.families_by_case()
+            rows = _run_section(cases, lambda c: _with_label_ops(run_one(c), labelled.get(c.name, {})), console,
+                                "gpu")
             rep["gpu"] = {"rows": rows, "summary": report.table_summary(rows, report.GPU_TARGET),
                           "preamble": GPU_PREAMBLE}
     gpus = {r["gpu"] for s in ("cpu", "gpu") for r in (rep.get(s) or {}).get("rows", [])}

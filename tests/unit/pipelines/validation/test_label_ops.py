@@ -39,12 +39,13 @@ def test_block_nodes_count_once_per_layer_and_kernelless_nodes_are_left_out(tmp_
     df = label_ops.curate(_clone(tmp_path / "clone"), out)
     assert sorted(df["node"]) == ["addmm", "lm_head", "transformer_h_0_ln_1"]
     assert set(df["evaluation_only"]) == {True} and df["provenance"].str.contains(label_ops.NEUSIGHT).all()
-    fams = label_ops.measured_by_family("neusight-h100-gpt2_large-train-1024-1", out)
+    by_case = label_ops.families_by_case(out)
+    fams = by_case["neusight-h100-gpt2_large-train-1024-1"]
     assert fams["gemm"] == pytest.approx((0.2 + 0.5) * 36e-3 + (1.0 + 2.0) * 1e-3)
     assert fams["norm"] == pytest.approx((0.02 + 0.03) * 36e-3)
     # the parameters' gradient accumulation is an elementwise add, per layer for the block's parameters
     assert fams["elementwise"] == pytest.approx(0.01 * 36e-3 + 0.1e-3)
-    assert label_ops.measured_by_family("neusight-h100-gpt2_large-train-1024-4-dp4", out) == {}
+    assert by_case.get("neusight-h100-gpt2_large-train-1024-4-dp4", {}) == {}
 
 
 def test_the_committed_labels_cover_neusights_single_gpu_runs_and_stay_out_of_training():
