@@ -122,7 +122,7 @@ def evaluate_gpu(gpu: str, data: pd.DataFrame) -> list[dict]:
 def load_h200_holdout(holdout: Path, gemm_rows: int = 6000) -> pd.DataFrame:
     """The held-out H200 slice in the measurement schema: bf16 GEMMs (both frameworks), causal bf16
     prefill attention and NCCL (half)."""
-    from maya_models.reference.curate import AIC_COMMIT, NCCL_OPS, _coll, _contig, _mm, _row
+    from maya_models.reference.curate import AIC_COMMIT, NCCL_OPS, _aic_timing, _coll, _contig, _mm, _row
 
     rows = []
     for fw in ("trtllm/1.3.0rc20", "vllm/0.24.0"):
@@ -133,7 +133,7 @@ def load_h200_holdout(holdout: Path, gemm_rows: int = 6000) -> pd.DataFrame:
         for r in df.itertuples(index=False):
             rows.append(_row(**_mm(int(r.m), int(r.n), int(r.k), "bfloat16"), duration_s=r.latency * 1e-3,
                              gpu="h200", source="holdout", provenance=f"ai-dynamo/aiconfigurator@{AIC_COMMIT}:{path}",
-                             device_name=r.device, software=fw))
+                             device_name=r.device, software=fw, **_aic_timing("h200")))
     path = f"{H200_DIR}/attention/trtllm/1.3.0rc20/context_attention_perf.parquet"
     df = pd.read_parquet(holdout / path)
     keep = (df["attn_dtype"] == "bfloat16") & (df["kv_cache_dtype"] == "bfloat16") & (df["window_size"] == 0)
@@ -144,7 +144,8 @@ def load_h200_holdout(holdout: Path, gemm_rows: int = 6000) -> pd.DataFrame:
         rows.append(_row(op="aten::_scaled_dot_product_flash_attention", shapes=[q, kv, kv], dtypes=["bfloat16"] * 3,
                          strides=[_contig(q), _contig(kv), _contig(kv)], args={"dropout_p": 0.0, "is_causal": True},
                          out_shapes=[q, [b, hq, s]], out_dtypes=["bfloat16", "float32"], duration_s=r.latency * 1e-3,
-                         gpu="h200", source="holdout", provenance=path, device_name=r.device, software="trtllm"))
+                         gpu="h200", source="holdout", provenance=path, device_name=r.device, software="trtllm",
+                         implementation="trtllm_fmha", **_aic_timing("h200")))
     path = f"{H200_DIR}/comm/nccl/2.29.2/nccl_perf.parquet"
     df = pd.read_parquet(holdout / path)
     for r in df[df["nccl_dtype"] == "half"].itertuples(index=False):
@@ -154,7 +155,7 @@ def load_h200_holdout(holdout: Path, gemm_rows: int = 6000) -> pd.DataFrame:
         rows.append(_row(op=op, shapes=shapes, dtypes=["float16"] * len(shapes), strides=[[1] for _ in shapes],
                          args={}, out_shapes=None, out_dtypes=None, duration_s=r.latency * 1e-3, gpu="h200",
                          source="holdout", provenance=path, device_name=r.device, software="NCCL 2.29.2",
-                         kind="collective", coll=_coll(2 * n, g, 1, g)))
+                         kind="collective", coll=_coll(2 * n, g, 1, g), timing="nccl_tests"))
     return pd.DataFrame(rows)
 
 

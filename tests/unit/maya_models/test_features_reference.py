@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from emulator.core.hardware import get_gpu
 from emulator.trace.schema import TRACE_SCHEMA
@@ -132,3 +133,34 @@ def test_sustained_rows_are_labelled_and_evaluation_rows_stay_apart():
     assert "kineto_in_training" not in reference_datasets()  # evaluation-only rows are not imported
     assert (reference_dir() / "evaluation" / "kineto_in_training.parquet").exists()
 
+
+
+def test_h200_holdout_loads_into_the_measurement_schema(tmp_path):
+    """`make evaluate`'s unseen-GPU check reads aiconfigurator's H200 tables; their rows carry the timing
+    condition every measurement needs (the reference rows' own: CUDA-graph replay, nccl-tests)."""
+    from maya_models.evaluate import H200_DIR, load_h200_holdout
+    from maya_models.schema import TIMINGS
+
+    base = tmp_path / H200_DIR
+    meta = {"framework": "TRTLLM", "version": "1", "device": "NVIDIA H200", "kernel_source": "torch_flow"}
+    tables = {
+        "gemm/trtllm/1.3.0rc20/gemm_perf.parquet": [{**meta, "op_name": "gemm", "gemm_dtype": "bfloat16",
+                                                    "m": 64, "n": 128, "k": 256, "latency": 0.01}],
+        "gemm/vllm/0.24.0/gemm_perf.parquet": [{**meta, "op_name": "gemm", "gemm_dtype": "bfloat16",
+                                               "m": 64, "n": 128, "k": 256, "latency": 0.011}],
+        "attention/trtllm/1.3.0rc20/context_attention_perf.parquet": [
+            {**meta, "op_name": "context_attention", "batch_size": 2, "isl": 128, "num_heads": 8,
+             "num_key_value_heads": 8, "head_dim": 64, "window_size": 0, "beam_width": 1, "attn_dtype": "bfloat16",
+             "kv_cache_dtype": "bfloat16", "step": 0, "latency": 0.02}],
+        "comm/nccl/2.29.2/nccl_perf.parquet": [{**meta, "op_name": "all_reduce", "kernel_source": "NCCL",
+                                                "nccl_dtype": "half", "num_gpus": 4, "message_size": 1 << 20,
+                                                "latency": 0.05}],
+    }
+    for path, rows in tables.items():
+        (base / path).parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_parquet(base / path)
+    ho = load_h200_holdout(tmp_path)
+    assert len(ho) == 4 and set(ho["gpu"]) == {"h200"}
+    assert set(ho["timing"]) <= set(TIMINGS) and ho["timing"].notna().all()
+    coll = ho[ho["kind"] == "collective"].iloc[0]
+    assert coll["group_size"] == 4 and coll["duration_s"] == pytest.approx(5e-5)
