@@ -55,6 +55,15 @@ def fit_prior(A: np.ndarray, t: np.ndarray) -> list[float]:
     return [float(x) for x in c]
 
 
+def topology_fingerprint() -> str:
+    """The NVLink domain of every known part: which link `group_link` gives a group, so the priors' meaning.
+    A predictor fitted under other domains is stale."""
+    from emulator.core.hardware import GPUS
+
+    return ",".join(f"{k}:{g.nvlink_domain}" for k, g in sorted(GPUS.items()) if g.base is None
+                    and g.nvlink_domain is not None)
+
+
 @dataclass
 class CollectivePredictor:
     gpu: str
@@ -153,7 +162,8 @@ class CollectivePredictor:
             self.booster.save_model(str(path / "residual.ubj"))
         meta = {"type": "collectives", "gpu": self.gpu, "priors": self.priors, "envelope": self.envelope,
                 "features": self.features, "boosted": self.booster is not None,
-                "info": {**self.info, "roofline_fingerprint": roofline_fingerprint()}}
+                "info": {**self.info, "roofline_fingerprint": roofline_fingerprint(),
+                         "topology": topology_fingerprint()}}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
 
@@ -168,4 +178,11 @@ class CollectivePredictor:
             booster = xgb.Booster()
             booster.load_model(str(path / "residual.ubj"))
         check_fingerprint(meta.get("info", {}), f"collective predictor for {meta['gpu']}")
+        trained = meta.get("info", {}).get("topology")
+        if trained != topology_fingerprint():
+            import warnings
+
+            warnings.warn(f"collective predictor for {meta['gpu']} was fitted when the parts' NVLink domains were "
+                          f"{trained or 'not recorded'}: its alpha-beta priors read other links for some groups; "
+                          f"retrain it (python -m maya_models.train)", stacklevel=2)
         return cls(meta["gpu"], meta["priors"], meta["envelope"], booster, meta["features"], meta.get("info", {}))

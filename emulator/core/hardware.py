@@ -56,6 +56,10 @@ class GPUSpec:
     tdp_w: int
     price_per_hour: float  # USD per GPU-hour, indicative
     gpus_per_node: int = 8
+    # GPUs of a node that NVLink joins to each other: None = the whole node (NVSwitch), 2 for PCIe cards
+    # bridged in pairs. A group wider than this inside a node crosses PCIe, as NCCL's rings do
+    # (measured: an A100 80GB PCIe pair all-reduces at 188 GB/s of bus bandwidth, four of them at 24)
+    nvlink_domain: int | None = None
     internode_bandwidth: float = 50 * GB  # bytes/s per GPU (400 Gb/s NIC per GPU)
     internode_latency_s: float = 5e-6
     intranode_latency_s: float = 2e-6
@@ -127,7 +131,7 @@ register(GPUSpec(
     key="h100-nvl", name="NVIDIA H100 NVL", memory_bytes=95830 * MiB, sm_count=132,
     capability=(9, 0), peak_flops=_flops(60.0, 417.5, 835.0, 835.0, 1670.5, 30.0),
     hbm_bandwidth=3.9 * TB, l2_bytes=50 * MiB, nvlink_bandwidth=300 * GB, pcie_bandwidth=64 * GB,
-    clock_mhz=1785, tdp_w=400, price_per_hour=2.50, gpus_per_node=4, aliases=("h100-pcie",),
+    clock_mhz=1785, tdp_w=400, price_per_hour=2.50, gpus_per_node=4, nvlink_domain=2, aliases=("h100-pcie",),
 ))
 register(GPUSpec(
     key="h200", name="NVIDIA H200", memory_bytes=143771 * MiB, sm_count=132,
@@ -153,7 +157,8 @@ register(GPUSpec(
     key="a100-80gb-pcie", name="NVIDIA A100 80GB PCIe", memory_bytes=81920 * MiB, sm_count=108,
     capability=(8, 0), peak_flops=_flops(19.5, 156.0, 312.0, 312.0, 0.0, 9.7),
     hbm_bandwidth=1.935 * TB, l2_bytes=40 * MiB, nvlink_bandwidth=300 * GB, pcie_bandwidth=32 * GB,
-    clock_mhz=1410, tdp_w=300, price_per_hour=1.50, gpus_per_node=4, internode_bandwidth=25 * GB,
+    clock_mhz=1410, tdp_w=300, price_per_hour=1.50, gpus_per_node=4, nvlink_domain=2,
+    internode_bandwidth=25 * GB,
 ))
 register(GPUSpec(
     key="a100-40gb-pcie", name="NVIDIA A100-PCIE-40GB", memory_bytes=40960 * MiB, sm_count=108,

@@ -150,13 +150,17 @@ def ring_steps(collective: str, n: int) -> int:
 
 def group_link(spec: GPUSpec, collective: str, group_size: int, nnodes: int) -> tuple[float, float]:
     """(bandwidth bytes/s, per-step latency s) of the slowest link `collective` uses on a group of
-    `group_size` GPUs spread evenly over `nnodes` nodes: NVLink (PCIe without it) inside a node;
-    between nodes the NICs of the group's GPUs in a node (one for a p2p pair), capped by NVLink."""
-    intra = spec.nvlink_bandwidth if spec.nvlink_bandwidth > 0 else spec.pcie_bandwidth
+    `group_size` GPUs spread evenly over `nnodes` nodes. Inside a node: NVLink while the group's GPUs
+    there fit the part's NVLink domain (`GPUSpec.nvlink_domain`: pairs for bridged PCIe cards), PCIe
+    beyond it or without NVLink; between nodes the NICs of the group's GPUs in a node (one for a
+    p2p pair), capped by that inside link."""
     nodes = max(int(nnodes or 1), 1)
+    members = math.ceil(max(int(group_size or 1), 1) / nodes)  # the group's GPUs in each node
+    nvlink = spec.nvlink_bandwidth > 0 and (spec.nvlink_domain is None or members <= spec.nvlink_domain)
+    intra = spec.nvlink_bandwidth if nvlink else spec.pcie_bandwidth
     if nodes == 1:
         return intra, spec.intranode_latency_s
-    rails = 1 if collective in ("send", "recv") else math.ceil(max(int(group_size or 1), 1) / nodes)
+    rails = 1 if collective in ("send", "recv") else members
     return min(intra, rails * spec.internode_bandwidth), spec.internode_latency_s
 
 

@@ -9,6 +9,8 @@ file (all optional; unknown keys are an error so a typo never silently keeps a d
     nnodes = 4
     gpus_per_node = 8                 # alias: nproc_per_node
     nvlink_bandwidth_GBps = 450       # per GPU, one direction, inside a node
+    nvlink_domain = 2                 # GPUs of a node NVLink joins: PCIe cards bridged in pairs
+                                      # (default: the whole node, NVSwitch); a wider group crosses PCIe
     internode_bandwidth_GBps = 50     # per GPU, one direction, between nodes (400 Gb/s NIC = 50)
     intranode_latency_us = 2
     internode_latency_us = 5
@@ -31,7 +33,7 @@ from pathlib import Path
 from emulator.core.hardware import GPUSpec, get_gpu, with_overrides
 from emulator.core.variants import GPUVariantError, variant_from_table
 
-CLUSTER_KEYS = {"gpu", "nnodes", "gpus_per_node", "nproc_per_node", "nvlink_bandwidth_GBps",
+CLUSTER_KEYS = {"gpu", "nnodes", "gpus_per_node", "nproc_per_node", "nvlink_bandwidth_GBps", "nvlink_domain",
                 "internode_bandwidth_GBps", "intranode_latency_us", "internode_latency_us", "price_per_gpu_hour",
                 "launch_overhead_us", "host_gap_scale", "internode_collectives"}
 INTERNODE_COLLECTIVES = ("model", "learned")
@@ -59,7 +61,7 @@ class Cluster:
     def describe(self) -> dict:
         s = self.spec
         return dict(gpu=s.key, nnodes=self.nnodes, gpus_per_node=self.gpus_per_node,
-                    nvlink_bandwidth_GBps=s.nvlink_bandwidth / 1e9,
+                    nvlink_bandwidth_GBps=s.nvlink_bandwidth / 1e9, nvlink_domain=s.nvlink_domain,
                     internode_bandwidth_GBps=s.internode_bandwidth / 1e9,
                     intranode_latency_us=s.intranode_latency_s * 1e6, internode_latency_us=s.internode_latency_s * 1e6,
                     price_per_gpu_hour=self.price_per_gpu_hour, launch_overhead_us=self.launch_overhead_s * 1e6,
@@ -108,6 +110,11 @@ def build_cluster(gpu: str, nnodes: int, gpus_per_node: int, file_settings: dict
     for k, v in changes.items():
         if v < 0 or (k.endswith("bandwidth") and v == 0):
             raise ClusterFileError(f"cluster setting {k} must be positive, got {v}")
+    if "nvlink_domain" in f:
+        domain = f["nvlink_domain"]
+        if isinstance(domain, bool) or not isinstance(domain, int) or domain < 1:
+            raise ClusterFileError(f"cluster setting nvlink_domain must be a whole number of GPUs >= 1, got {domain!r}")
+        changes["nvlink_domain"] = domain
     if changes:
         spec = with_overrides(spec, **changes)
     price = price_per_gpu_hour if price_per_gpu_hour is not None else f.get("price_per_gpu_hour", spec.price_per_hour)

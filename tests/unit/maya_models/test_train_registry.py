@@ -160,3 +160,24 @@ def test_cpu_rows_measured_on_other_thread_counts_are_not_trained_on():
     kept = training_rows(data=rows)
     # a 2-thread CPU timing would teach the model kernels twice as fast as a rank (one thread) runs them
     assert sorted(kept.signature) == ["a", "c"]
+
+
+def test_a_cross_gpu_collective_model_tells_an_nvswitch_node_from_bridged_pcie_cards():
+    """The committed network rows hold A100 SXM nodes (NVSwitch: four GPUs all-reduce at ~210 GB/s of
+    bus bandwidth) and A100 PCIe cards bridged in pairs (four GPUs cross PCIe: ~24 GB/s), with the same
+    chip. A part measured by neither (A100-SXM4-40GB) must be timed as the SXM node, and the bridged
+    part's own model must keep its four-GPU groups on PCIe."""
+    from maya_models.features import ring_factor
+    from maya_models.train import train_collective_predictor
+
+    rows = load_reference(["aiconfigurator_nccl", "vidur_network", "vtrain_allreduce"])
+    size = 256e6
+    ar = pd.DataFrame([{"kind": "collective", "op": "c10d::allreduce_", "collective": "all_reduce",
+                        "coll_bytes": size, "group_size": 4, "nnodes": 1, "gpus_per_node": 4}])
+
+    def busbw(gpu):
+        p = train_collective_predictor(gpu, data=rows, register=False, return_predictor=True)["predictor"]
+        return ring_factor("all_reduce", 4) * size / p.predict(ar)["duration_s"].iloc[0] / 1e9
+
+    assert busbw("a100-40gb") > 150  # GB/s: an SXM node's NVLink
+    assert busbw("a100-80gb-pcie") < 40  # PCIe between the bridged pairs

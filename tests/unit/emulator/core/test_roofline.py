@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from emulator.core.hardware import get_gpu, with_overrides
-from emulator.core.roofline import collective_time, kernel_time, roofline_durations
+from emulator.core.roofline import collective_time, group_link, kernel_time, roofline_durations
 
 H100, A100 = get_gpu("h100"), get_gpu("a100-80gb")
 
@@ -63,3 +63,21 @@ def test_a_group_spanning_nodes_uses_the_nics_of_all_its_gpus_in_a_node():
     fat_nics = with_overrides(a100, internode_bandwidth=100e9)
     capped = collective_time("all_reduce", size, 16, 2, 8, fat_nics)  # 8 x 100 GB/s > 300 GB/s NVLink
     assert capped == pytest.approx(5e-6 + 30 * 5e-6 + 2 * 15 / 16 * size / (0.8 * a100.nvlink_bandwidth), rel=0.02)
+
+
+def test_a_group_wider_than_the_nvlink_bridge_crosses_pcie():
+    """PCIe cards bridged in pairs (A100 80GB PCIe, H100 NVL): two GPUs talk over the bridge, four go
+    over PCIe, as nccl-tests on such servers measure (vidur's pairwise-NVLink A100 node: 188 GB/s of bus
+    bandwidth for a pair, 24 for four). An SXM part's NVSwitch joins the whole node."""
+    pcie_card, sxm = get_gpu("a100-80gb-pcie"), get_gpu("a100-40gb")
+    assert group_link(pcie_card, "all_reduce", 2, 1)[0] == pcie_card.nvlink_bandwidth
+    assert group_link(pcie_card, "all_reduce", 4, 1)[0] == pcie_card.pcie_bandwidth
+    assert group_link(get_gpu("h100-nvl"), "all_gather", 4, 1)[0] == get_gpu("h100-nvl").pcie_bandwidth
+    assert group_link(sxm, "all_reduce", 8, 1)[0] == sxm.nvlink_bandwidth
+    size = 200e6
+    four = [collective_time("all_reduce", size, 4, 1, 4, spec) for spec in (pcie_card, sxm)]
+    assert four[0] > 5 * four[1]
+    # across nodes the NICs are capped by the link inside: four bridged cards per node feed their NICs over PCIe
+    nics = 4 * pcie_card.internode_bandwidth
+    assert group_link(pcie_card, "all_reduce", 8, 2)[0] == min(pcie_card.pcie_bandwidth, nics)
+    assert group_link(sxm, "all_reduce", 16, 1)[0] == sxm.nvlink_bandwidth  # NVSwitch: the whole node

@@ -63,3 +63,17 @@ def test_a_variant_in_the_cluster_file_sets_price_and_memory(out8, tmp_path):
     assert pred.gpu == "h100-rented" and pred.price_per_gpu_hour == 1.5
     assert pred.memory_capacity_bytes == 94 * 2**30
     assert read_gpu_spec_file(f).key == "h100-rented"  # a cluster file's [gpu] table reads as a spec file too
+
+
+def test_a_cluster_of_bridged_pairs_slows_an_eight_gpu_all_reduce(out8, tmp_path):
+    """`nvlink_domain = 2` in the cluster file: GPUs bridged in pairs, so the 8-GPU data-parallel
+    all-reduce of this job crosses PCIe; a value that is not a GPU count is refused before anything runs."""
+    stock = predict_from_trace(out8, gpu="h100", roofline_only=True)
+    f = tmp_path / "bridged.toml"
+    f.write_text('gpu = "h100"\nnvlink_domain = 2\n')
+    bridged = predict_from_trace(out8, cluster=f, roofline_only=True)
+    assert bridged.cluster["nvlink_domain"] == 2 and stock.cluster["nvlink_domain"] is None
+    assert bridged.breakdown_s["communication"] > 3 * stock.breakdown_s["communication"]
+    f.write_text('gpu = "h100"\nnvlink_domain = "pairs"\n')
+    with pytest.raises(ClusterFileError, match="nvlink_domain must be a whole number"):
+        predict_from_trace(out8, cluster=f, roofline_only=True)
