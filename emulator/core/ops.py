@@ -74,6 +74,8 @@ SOFTMAX_LOSS_OPS = frozenset({
     "aten::cross_entropy_loss", "aten::mse_loss", "aten::mse_loss_backward",
     "aten::_masked_softmax", "aten::_masked_softmax_backward",
 })
+NLL_LOSS_FORWARD = frozenset({"aten::nll_loss_forward", "aten::nll_loss2d_forward"})
+NLL_LOSS_BACKWARD = frozenset({"aten::nll_loss_backward", "aten::nll_loss2d_backward"})
 EMBEDDING_OPS = frozenset({
     "aten::embedding", "aten::embedding_dense_backward", "aten::embedding_backward",
     "aten::index_select", "aten::_embedding_bag", "aten::_embedding_bag_backward",
@@ -313,6 +315,17 @@ def flops_and_bytes(op: str, shapes, dtypes, out_shapes=None, out_dtypes=None, a
         flops = (15.0 if "adam" in op else 2.0) * per_param
         writes = out_bytes if out_bytes else in_bytes / max(len(lists), 1) * max(len(lists) - 1, 1)
         return flops, float(in_bytes + writes)
+    if op in NLL_LOSS_FORWARD or op in NLL_LOSS_BACKWARD:
+        # The input (the log-probabilities, [N, C] or [N, C, ...]) is read at the one class each target
+        # names: a gather of N values, not the whole tensor. The backward zero-fills its [N, C] output and
+        # writes those N values; its `self` argument gives only the shape.
+        first = 1 if op in NLL_LOSS_BACKWARD else 0  # the backward takes grad_output first
+        picked = numel(shapes[first + 1]) if len(shapes) > first + 1 else 0  # the targets
+        esize = dtype_bytes(dtypes[first]) if len(dtypes) > first and dtypes[first] else 4
+        small = tensor_bytes(shapes[first + 1:], dtypes[first + 1:])  # targets, weights, total_weight
+        if op in NLL_LOSS_BACKWARD:
+            return float(picked), float(out_bytes + picked * esize + small)
+        return float(picked), float(picked * esize + small + out_bytes)
     if fam in ("norm", "softmax_loss"):
         n_out = sum(numel(s) for s in out_shapes) or (numel(shapes[0]) if shapes else 0)
         return 5.0 * n_out, float(in_bytes + out_bytes)
