@@ -592,13 +592,14 @@ def gpus():
     from emulator.core.hardware import GPUS
 
     t = Table(title="GPUs maya knows")
-    for col in ("key", "name", "memory GiB", "SMs", "bf16 TFLOP/s", "HBM TB/s", "NVLink GB/s", "$/h"):
+    for col in ("key", "name", "memory GiB", "SMs", "bf16 TFLOP/s", "HBM TB/s", "NVLink GB/s", "NVLink joins", "$/h"):
         t.add_column(col)
     for key in sorted(GPUS):
         s = GPUS[key]
+        joins = "-" if s.nvlink_bandwidth <= 0 else ("node" if s.nvlink_domain is None else f"{s.nvlink_domain} GPUs")
         t.add_row(key, s.name, f"{s.memory_bytes / 2**30:.0f}", str(s.sm_count),
                   f"{s.peak_flops.get('bfloat16', 0) / 1e12:.0f}", f"{s.hbm_bandwidth / 1e12:.2f}",
-                  f"{s.nvlink_bandwidth / 1e9:.0f}", f"{s.price_per_hour:.2f}")
+                  f"{s.nvlink_bandwidth / 1e9:.0f}", joins, f"{s.price_per_hour:.2f}")
     _console().print(t)
 
 

@@ -33,9 +33,11 @@ def test_unknown_gpu_lists_known_parts():
 
 
 def test_cli_gpus_lists_table():
-    result = CliRunner().invoke(app, ["gpus"])
+    result = CliRunner().invoke(app, ["gpus"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "NVIDIA H100 80GB HBM3" in result.output
+    bridged = next(line for line in result.output.splitlines() if "a100-80gb-pcie" in line)
+    assert "2 GPUs" in bridged  # NVLink bridges pairs of these cards; a wider group crosses PCIe
 
 
 def test_cli_unknown_gpu_exits_with_list():
