@@ -11,6 +11,10 @@ Residual: XGBoost on log(measured / prior) learns what alpha-beta misses (NCCL p
 LL/LL128/Simple, tree vs ring). It is applied only inside the measured envelope (same collective
 and level, a measured group size and nodes count, sizes within 2x of the measured range); outside
 it the prior alone answers, which is what "the prior dominates outside the data" means here.
+Between a group size's largest (or smallest) measured size and that 2x, the residual is the one at
+the measured edge: trees do not extrapolate, and one booster serves every collective, so past the
+edge its leaves would come from other collectives' sizes (an H100 NVL 4-GPU all-reduce just past
+its largest measured size read x2.6 from them, where its edge residual is x0.85).
 A (collective, level) with no measurements at all uses emulator.core.roofline.collective_time,
 labelled `fallback`.
 """
@@ -91,7 +95,9 @@ class CollectivePredictor:
             sub = allc[m]
             self.envelope[key] = {"group_sizes": sorted({int(x) for x in sub["group_size"]}),
                                   "nnodes": sorted({int(x) for x in sub["nnodes"]}),
-                                  "bytes": [float(sub["coll_bytes"].min()), float(sub["coll_bytes"].max())]}
+                                  "bytes": [float(sub["coll_bytes"].min()), float(sub["coll_bytes"].max())],
+                                  "bytes_by_group": {str(int(g)): [float(b.min()), float(b.max())]
+                                                     for g, b in sub.groupby("group_size")["coll_bytes"]}}
         prior = np.array([A[i] @ self.priors[k] for i, k in enumerate(keys)])
         X = pd.concat([collective_features(df, spec) for df, spec in parts], ignore_index=True)
         X["log_prior"] = np.log10(np.maximum(prior, 1e-9))
@@ -108,6 +114,12 @@ class CollectivePredictor:
         lo, hi = env["bytes"]
         return (r.group_size in env["group_sizes"] and r.nnodes in env["nnodes"]
                 and lo / 2 <= r.coll_bytes <= hi * 2)
+
+    def _to_measured_sizes(self, key: str, r) -> float:
+        """The row's size brought inside its group size's measured sizes (where the residual is read)."""
+        lo, hi = (self.envelope[key].get("bytes_by_group") or {}).get(str(int(r.group_size)),
+                                                                       self.envelope[key]["bytes"])
+        return min(max(float(r.coll_bytes), lo), hi)
 
     def predict(self, df: pd.DataFrame) -> pd.DataFrame:
         """duration_s and source for every row (non-collective rows get the roofline, labelled fallback)."""
@@ -139,8 +151,13 @@ class CollectivePredictor:
                     pred[i] = collective_time(r.collective, r.coll_bytes, r.group_size, r.nnodes,
                                               r.gpus_per_node, spec)
             if inside.any() and self.booster is not None:
-                X = collective_features(sub[inside], spec)
-                X["log_prior"] = np.log10(np.maximum(pred[inside], 1e-9))
+                at = sub[inside].copy()
+                at["coll_bytes"] = [self._to_measured_sizes(k, r) for k, r in
+                                    zip(keys[inside], cols[inside].itertuples(index=False), strict=True)]
+                X = collective_features(at, spec)
+                A_edge = _design(collective_columns(at), spec)
+                edge_prior = np.array([A_edge[i] @ self.priors[k] for i, k in enumerate(keys[inside])])
+                X["log_prior"] = np.log10(np.maximum(edge_prior, 1e-9))
                 res = self.booster.predict(xgb.DMatrix(X[self.features].values, feature_names=self.features))
                 pred[inside] = pred[inside] * np.exp(np.clip(res, -MAX_LOG_RESIDUAL, MAX_LOG_RESIDUAL))
             idx = np.flatnonzero(is_coll)

@@ -181,3 +181,23 @@ def test_a_cross_gpu_collective_model_tells_an_nvswitch_node_from_bridged_pcie_c
 
     assert busbw("a100-40gb") > 150  # GB/s: an SXM node's NVLink
     assert busbw("a100-80gb-pcie") < 40  # PCIe between the bridged pairs
+
+
+def test_past_a_groups_largest_measured_size_the_residual_is_the_edges():
+    """Trees do not extrapolate: a size between a group's largest measured one and twice it keeps the
+    residual learned at that edge, so the time grows as the alpha-beta prior does, whatever other
+    collectives' larger sizes taught the shared booster."""
+    from emulator.core.hardware import get_gpu
+    from maya_models.collectives import _design
+    from maya_models.features import collective_columns
+    from maya_models.train import train_collective_predictor
+
+    rows = load_reference(["vidur_network"])
+    p = train_collective_predictor("h100-nvl", data=rows, register=False, return_predictor=True)["predictor"]
+    hi = p.envelope["all_reduce|intra"]["bytes_by_group"]["4"][1]
+    ar = pd.DataFrame([{"kind": "collective", "op": "c10d::allreduce_", "collective": "all_reduce",
+                        "coll_bytes": b, "group_size": 4, "nnodes": 1, "gpus_per_node": 4}
+                       for b in (hi, 1.3 * hi, 1.9 * hi)])
+    prior = _design(collective_columns(ar), get_gpu("h100-nvl")) @ np.array(p.priors["all_reduce|intra"])
+    ratio = p.predict(ar)["duration_s"].to_numpy() / prior
+    assert ratio[1] == pytest.approx(ratio[0], rel=1e-6) and ratio[2] == pytest.approx(ratio[0], rel=1e-6)
