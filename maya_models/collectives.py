@@ -13,8 +13,7 @@ and level, a measured group size and nodes count, sizes within 2x of the measure
 it the prior alone answers, which is what "the prior dominates outside the data" means here.
 Between a group size's largest (or smallest) measured size and that 2x, the residual is the one at
 the measured edge: trees do not extrapolate, and one booster serves every collective, so past the
-edge its leaves would come from other collectives' sizes (an H100 NVL 4-GPU all-reduce just past
-its largest measured size read x2.6 from them, where its edge residual is x0.85).
+edge its leaves would come from other collectives' or group sizes' measurements.
 A (collective, level) with no measurements at all uses emulator.core.roofline.collective_time,
 labelled `fallback`.
 """

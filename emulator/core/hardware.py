@@ -57,8 +57,8 @@ class GPUSpec:
     price_per_hour: float  # USD per GPU-hour, indicative
     gpus_per_node: int = 8
     # GPUs of a node that NVLink joins to each other: None = the whole node (NVSwitch), 2 for PCIe cards
-    # bridged in pairs. A group wider than this inside a node crosses PCIe, as NCCL's rings do
-    # (measured: an A100 80GB PCIe pair all-reduces at 188 GB/s of bus bandwidth, four of them at 24)
+    # bridged in pairs. A group wider than this inside a node crosses PCIe, as NCCL's rings over such
+    # cards do (vidur's pairwise-NVLink A100 node in the reference network rows)
     nvlink_domain: int | None = None
     internode_bandwidth: float = 50 * GB  # bytes/s per GPU (400 Gb/s NIC per GPU)
     internode_latency_s: float = 5e-6
