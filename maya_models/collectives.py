@@ -150,11 +150,11 @@ class CollectivePredictor:
                     pred[i] = collective_time(r.collective, r.coll_bytes, r.group_size, r.nnodes,
                                               r.gpus_per_node, spec)
             if inside.any() and self.booster is not None:
-                at = sub[inside].copy()
-                at["coll_bytes"] = [self._to_measured_sizes(k, r) for k, r in
-                                    zip(keys[inside], cols[inside].itertuples(index=False), strict=True)]
-                X = collective_features(at, spec)
-                A_edge = _design(collective_columns(at), spec)
+                edge = cols[inside].copy()
+                edge["coll_bytes"] = [self._to_measured_sizes(k, r) for k, r in
+                                      zip(keys[inside], edge.itertuples(index=False), strict=True)]
+                X = collective_features(sub[inside].assign(coll_bytes=edge["coll_bytes"].to_numpy()), spec)
+                A_edge = _design(edge, spec)
                 edge_prior = np.array([A_edge[i] @ self.priors[k] for i, k in enumerate(keys[inside])])
                 X["log_prior"] = np.log10(np.maximum(edge_prior, 1e-9))
                 res = self.booster.predict(xgb.DMatrix(X[self.features].values, feature_names=self.features))

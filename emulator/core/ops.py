@@ -323,9 +323,7 @@ def flops_and_bytes(op: str, shapes, dtypes, out_shapes=None, out_dtypes=None, a
         picked = numel(shapes[first + 1]) if len(shapes) > first + 1 else 0  # the targets
         esize = dtype_bytes(dtypes[first]) if len(dtypes) > first and dtypes[first] else 4
         small = tensor_bytes(shapes[first + 1:], dtypes[first + 1:])  # targets, weights, total_weight
-        if op in NLL_LOSS_BACKWARD:
-            return float(picked), float(out_bytes + picked * esize + small)
-        return float(picked), float(picked * esize + small + out_bytes)
+        return float(picked), float(picked * esize + small + out_bytes)  # the backward's output is [N, C]
     if fam in ("norm", "softmax_loss"):
         n_out = sum(numel(s) for s in out_shapes) or (numel(shapes[0]) if shapes else 0)
         return 5.0 * n_out, float(in_bytes + out_bytes)
