@@ -67,6 +67,9 @@ class FamilyModel:
     ops: dict[str, int] | None = None
     elem_bytes: dict[str, int] | None = None
     generic: object = None  # xgboost.Booster without op_code, for ops of a GENERIC_FAMILIES family it never saw
+    # training rows timed in situ (a profiler trace of a real program), per element size (None: a model saved
+    # before these were kept, trusted as it was)
+    in_situ_elem_bytes: dict[str, int] | None = None
 
     def seen_op(self, ops) -> np.ndarray:
         if self.ops is None or self.booster is None:  # a constant ratio is the same for every op
@@ -84,12 +87,31 @@ class FamilyModel:
             ok &= seen
         return ok
 
+    def as_measured_where_unseen(self, X: pd.DataFrame) -> pd.DataFrame:
+        """`X` with `in_situ` cleared on rows of an element size the model saw fewer than MIN_SEEN_ROWS in-situ
+        rows of. The in-situ effect is learned from the profiled kernels a part has (on the H100, bf16
+        inference traces); carried to a dtype with no in-situ evidence it is an extrapolation (bf16
+        tensor-core kernels' in-step slowdown applied to fp32 SIMT GEMMs), so those rows are predicted as
+        measured in isolation, the condition their own rows were timed in."""
+        if self.in_situ_elem_bytes is None or "in_situ" not in X.columns:
+            return X
+        unseen = np.array([self.in_situ_elem_bytes.get(str(int(b)), 0) < MIN_SEEN_ROWS for b in X["dtype_bytes"]])
+        clear = unseen & (X["in_situ"].to_numpy() > 0)
+        if not clear.any():
+            return X
+        X = X.copy()
+        X.loc[clear, "in_situ"] = 0.0
+        return X
+
     def log_ratio(self, X: pd.DataFrame, seen: np.ndarray | None = None) -> np.ndarray:
-        """Learned log(time / roofline); rows whose op the trees never saw (`seen` False) take the generic trees."""
+        """Learned log(time / roofline); rows whose op the trees never saw (`seen` False) take the generic trees.
+        Rows of a dtype without in-situ training rows are read under the isolated condition
+        (`as_measured_where_unseen`)."""
         import xgboost as xgb
 
         if self.booster is None:
             return np.full(len(X), self.bias)
+        X = self.as_measured_where_unseen(X)
         out = self.booster.predict(xgb.DMatrix(X[self.features].values, feature_names=self.features))
         if seen is not None and self.generic is not None:
             unseen = ~seen
@@ -260,6 +282,7 @@ class KernelPredictor:
             meta["families"][fam] = {"features": m.features, "trained_on": m.trained_on, "rows": m.rows,
                                      "bias": m.bias, "boosted": m.booster is not None, "max_flops": m.max_flops,
                                      "max_bytes": m.max_bytes, "ops": m.ops, "elem_bytes": m.elem_bytes,
+                                     "in_situ_elem_bytes": m.in_situ_elem_bytes,
                                      "generic": m.generic is not None}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
@@ -282,7 +305,7 @@ class KernelPredictor:
                 g.load_model(str(path / f"{fam}.generic.ubj"))
             fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0),
                                     m.get("max_flops", math.inf), m.get("max_bytes", math.inf),
-                                    m.get("ops"), m.get("elem_bytes"), g)
+                                    m.get("ops"), m.get("elem_bytes"), g, m.get("in_situ_elem_bytes"))
         check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
 

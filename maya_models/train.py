@@ -273,6 +273,9 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         model.ops = {str(o): int(n) for o, n in zip(*np.unique(train_ops, return_counts=True), strict=True)}
         sizes, counts = np.unique(X["dtype_bytes"].to_numpy()[~ev].astype(int), return_counts=True)
         model.elem_bytes = {str(int(b)): int(n) for b, n in zip(sizes, counts, strict=True)}
+        in_situ = (X["in_situ"].to_numpy() > 0)[~ev] if "in_situ" in X.columns else np.zeros((~ev).sum(), bool)
+        sizes, counts = np.unique(X["dtype_bytes"].to_numpy()[~ev][in_situ].astype(int), return_counts=True)
+        model.in_situ_elem_bytes = {str(int(b)): int(n) for b, n in zip(sizes, counts, strict=True)}
         unseen_op = None
         if fam in GENERIC_FAMILIES and model.booster is not None:
             Xt = X[~ev].reset_index(drop=True)

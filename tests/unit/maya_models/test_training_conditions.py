@@ -157,3 +157,37 @@ def test_generic_trees_and_what_the_model_saw_survive_save_and_load(tmp_path):
     after = KernelPredictor.load(tmp_path / "kp").predict(rows)
     assert list(after.source) == list(before.source) == ["learned", "fallback"]
     assert after.duration_s.tolist() == pytest.approx(before.duration_s.tolist())
+
+
+def _timed_gemms(dtype, timing, slowdown):
+    """Fixture measurements of square GEMMs under one timing condition: further from the roofline the larger
+    they are (so that trees, not one constant ratio, fit them), times `slowdown`."""
+    rows = []
+    for i, n in enumerate(range(1024, 1024 + 64 * 48, 64)):
+        row = _mm(n, n, n, dtype, status="ok", gpu="h100", source="test", family="gemm", timing=timing,
+                  signature=f"{dtype}-{timing}-{i}")
+        f, b = flops_and_bytes("aten::mm", row["shapes"], row["dtypes"], row["out_shapes"], row["out_dtypes"])
+        rows.append({**row, "duration_s": slowdown * (1 + n / 4096) * kernel_time(f, b, dtype, "gemm", H100)})
+    return rows
+
+
+def test_the_in_situ_effect_is_not_carried_to_a_dtype_never_profiled_in_situ(tmp_path):
+    """bf16 GEMMs measured alone and in a profiled program (1.5x slower there); fp32 ones alone only. A trace
+    row of fp32 is predicted as its own rows were timed, not with the slowdown learned from bf16."""
+    from maya_models.train import train_kernel_predictor
+
+    data = pd.DataFrame(_timed_gemms("bfloat16", "isolated_graph_locked", 1.0)
+                        + _timed_gemms("bfloat16", "in_inference", 1.5)
+                        + _timed_gemms("float32", "isolated_events", 1.0))
+    p = train_kernel_predictor("h100", data=data, num_rounds=60, register=False, return_predictor=True)["predictor"]
+    assert p.families["gemm"].booster is not None
+    assert p.families["gemm"].in_situ_elem_bytes.get("4", 0) == 0
+    shape = _mm(2048, 2048, 2048, "bfloat16"), _mm(2048, 2048, 2048, "float32")
+    trace = p.predict(pd.DataFrame(shape)).duration_s.to_numpy()
+    alone = p.predict(pd.DataFrame([{**shape[0], "timing": "isolated_graph_locked"},
+                                    {**shape[1], "timing": "isolated_events"}])).duration_s.to_numpy()
+    assert trace[0] / alone[0] == pytest.approx(1.5, rel=0.1)  # what bf16 runs at in a program
+    assert trace[1] / alone[1] == pytest.approx(1.0, rel=0.02)  # fp32: as measured, no evidence of a slowdown
+    p.save(tmp_path / "kp")
+    assert KernelPredictor.load(tmp_path / "kp").predict(pd.DataFrame(shape)).duration_s.tolist() == \
+        pytest.approx(trace.tolist())
