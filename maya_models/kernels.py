@@ -70,6 +70,8 @@ class FamilyModel:
     # training rows timed in situ (a profiler trace of a real program), per element size (None: a model saved
     # before these were kept, trusted as it was)
     in_situ_elem_bytes: dict[str, int] | None = None
+    # of those, the compute-bound ones (at least MIN_BEST_FLOPS): a program's clock is in their times
+    in_situ_compute_elem_bytes: dict[str, int] | None = None
 
     def seen_op(self, ops) -> np.ndarray:
         if self.ops is None or self.booster is None:  # a constant ratio is the same for every op
@@ -102,6 +104,13 @@ class FamilyModel:
         X = X.copy()
         X.loc[clear, "in_situ"] = 0.0
         return X
+
+    def clock_in_situ(self, elem_bytes: float) -> bool:
+        """Whether this model's in-situ reading of an element size already carries the clock a training step
+        runs at: it learned from enough compute-bound kernels of that size profiled inside programs. Then the
+        sustained-clock factor, which brings isolated burst timings to that clock, would count it twice."""
+        counts = self.in_situ_compute_elem_bytes or {}
+        return counts.get(str(int(elem_bytes)), 0) >= MIN_SEEN_ROWS
 
     def log_ratio(self, X: pd.DataFrame, seen: np.ndarray | None = None) -> np.ndarray:
         """Learned log(time / roofline); rows whose op the trees never saw (`seen` False) take the generic trees.
@@ -248,7 +257,8 @@ class KernelPredictor:
 
     def sustained_factors(self, df: pd.DataFrame, X: pd.DataFrame, learned: np.ndarray) -> np.ndarray:
         """1 + compute share x (ratio - 1) for the learned tensor-core rows of a dtype with a sustained
-        measurement, in rows that are trace rows (no `timing` column); 1 elsewhere."""
+        measurement, in rows that are trace rows (no `timing` column), unless their family read them in situ
+        with the clock included (`FamilyModel.clock_in_situ`); 1 elsewhere."""
         factor = np.ones(len(df))
         table = self.info.get("sustained") or {}
         if not table or "timing" in df.columns:
@@ -258,7 +268,7 @@ class KernelPredictor:
         ops, dtypes = df["op"].tolist(), df["dtypes"].tolist() if "dtypes" in df.columns else [None] * len(df)
         for j, i in enumerate(idx):
             fam = op_family(str(ops[i]))
-            if fam not in TENSOR_CORE_FAMILIES:
+            if fam not in TENSOR_CORE_FAMILIES or self.families[fam].clock_in_situ(X["dtype_bytes"].iloc[j]):
                 continue
             dtype = row_dtype(str(ops[i]), as_list(dtypes[i]))
             hit = table.get(SUSTAINED_DTYPE.get(dtype, dtype))
@@ -283,6 +293,7 @@ class KernelPredictor:
                                      "bias": m.bias, "boosted": m.booster is not None, "max_flops": m.max_flops,
                                      "max_bytes": m.max_bytes, "ops": m.ops, "elem_bytes": m.elem_bytes,
                                      "in_situ_elem_bytes": m.in_situ_elem_bytes,
+                                     "in_situ_compute_elem_bytes": m.in_situ_compute_elem_bytes,
                                      "generic": m.generic is not None}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
@@ -305,7 +316,8 @@ class KernelPredictor:
                 g.load_model(str(path / f"{fam}.generic.ubj"))
             fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0),
                                     m.get("max_flops", math.inf), m.get("max_bytes", math.inf),
-                                    m.get("ops"), m.get("elem_bytes"), g, m.get("in_situ_elem_bytes"))
+                                    m.get("ops"), m.get("elem_bytes"), g, m.get("in_situ_elem_bytes"),
+                                    m.get("in_situ_compute_elem_bytes"))
         check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
 

@@ -35,6 +35,7 @@ from maya_models.kernels import (
     GENERIC_FAMILIES,
     KERNEL_KINDS,
     MAX_LOG_RATIO,
+    MIN_BEST_FLOPS,
     NUM_ROUNDS,
     FamilyModel,
     KernelPredictor,
@@ -92,6 +93,12 @@ def training_rows(root=None, data: pd.DataFrame | None = None, include_sustained
         df["duration_s"] = df.groupby(key)["duration_s"].transform("median")
         df = df.drop_duplicates(key)
     return df.reset_index(drop=True)
+
+
+def _counts_by_size(X: pd.DataFrame) -> dict[str, int]:
+    """Feature rows per element size ({"2": rows, ...}), what a family model keeps of what it saw."""
+    sizes, counts = np.unique(X["dtype_bytes"].to_numpy().astype(int), return_counts=True)
+    return {str(int(b)): int(n) for b, n in zip(sizes, counts, strict=True)}
 
 
 def _cap(df: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -271,11 +278,11 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
                             [g for g, e in zip(groups, ev, strict=True) if not e], trained_on, num_rounds, params)
         train_ops = data_f["op"].astype(str).to_numpy()[~ev]
         model.ops = {str(o): int(n) for o, n in zip(*np.unique(train_ops, return_counts=True), strict=True)}
-        sizes, counts = np.unique(X["dtype_bytes"].to_numpy()[~ev].astype(int), return_counts=True)
-        model.elem_bytes = {str(int(b)): int(n) for b, n in zip(sizes, counts, strict=True)}
-        in_situ = (X["in_situ"].to_numpy() > 0)[~ev] if "in_situ" in X.columns else np.zeros((~ev).sum(), bool)
-        sizes, counts = np.unique(X["dtype_bytes"].to_numpy()[~ev][in_situ].astype(int), return_counts=True)
-        model.in_situ_elem_bytes = {str(int(b)): int(n) for b, n in zip(sizes, counts, strict=True)}
+        model.elem_bytes = _counts_by_size(X[~ev])
+        seen = X[~ev]
+        in_situ = seen["in_situ"].to_numpy() > 0 if "in_situ" in seen.columns else np.zeros(len(seen), bool)
+        model.in_situ_elem_bytes = _counts_by_size(seen[in_situ])
+        model.in_situ_compute_elem_bytes = _counts_by_size(seen[in_situ & (seen["flops"].to_numpy() >= MIN_BEST_FLOPS)])
         unseen_op = None
         if fam in GENERIC_FAMILIES and model.booster is not None:
             Xt = X[~ev].reset_index(drop=True)

@@ -159,15 +159,15 @@ def test_generic_trees_and_what_the_model_saw_survive_save_and_load(tmp_path):
     assert after.duration_s.tolist() == pytest.approx(before.duration_s.tolist())
 
 
-def _timed_gemms(dtype, timing, slowdown):
+def _timed_gemms(dtype, timing, slowdown, smallest=1024):
     """Fixture measurements of square GEMMs under one timing condition: further from the roofline the larger
     they are (so that trees, not one constant ratio, fit them), times `slowdown`."""
     rows = []
-    for i, n in enumerate(range(1024, 1024 + 64 * 48, 64)):
+    for i, n in enumerate(range(smallest, smallest + 64 * 48, 64)):
         row = _mm(n, n, n, dtype, status="ok", gpu="h100", source="test", family="gemm", timing=timing,
                   signature=f"{dtype}-{timing}-{i}")
         f, b = flops_and_bytes("aten::mm", row["shapes"], row["dtypes"], row["out_shapes"], row["out_dtypes"])
-        rows.append({**row, "duration_s": slowdown * (1 + n / 4096) * kernel_time(f, b, dtype, "gemm", H100)})
+        rows.append({**row, "duration_s": slowdown * (1 + n / 8192) * kernel_time(f, b, dtype, "gemm", H100)})
     return rows
 
 
@@ -191,3 +191,20 @@ def test_the_in_situ_effect_is_not_carried_to_a_dtype_never_profiled_in_situ(tmp
     p.save(tmp_path / "kp")
     assert KernelPredictor.load(tmp_path / "kp").predict(pd.DataFrame(shape)).duration_s.tolist() == \
         pytest.approx(trace.tolist())
+
+
+@pytest.mark.parametrize("in_situ_from, adjusted", [(8192, False), (256, True)])
+def test_the_sustained_clock_is_not_applied_on_top_of_compute_bound_in_situ_timings(in_situ_from, adjusted):
+    """Kernels profiled inside programs ran at the clock a program runs at; where a family learned from enough
+    compute-bound ones (large GEMMs here), their reading is not slowed again by the sustained-clock factor.
+    Small in-situ GEMMs (the other case) say nothing about the clock under tensor-core load: the factor stays."""
+    from maya_models.train import train_kernel_predictor
+
+    data = pd.DataFrame(_timed_gemms("bfloat16", "isolated_graph_locked", 1.0, smallest=in_situ_from)
+                        + _timed_gemms("bfloat16", "in_inference", 1.3, smallest=in_situ_from))
+    p = train_kernel_predictor("h100", data=data, num_rounds=60, register=False, return_predictor=True)["predictor"]
+    p.info["sustained"] = {"bfloat16": {"ratio": 1.25}}  # as `calibrate_sustained` stores it
+    shape = _mm(in_situ_from + 1024, in_situ_from + 1024, in_situ_from + 1024)
+    out = p.predict(pd.DataFrame([shape]))
+    assert out.source[0] == "learned"
+    assert (out.adjustment_s[0] > 0) == adjusted
