@@ -8,8 +8,11 @@ export MAYA_WAREHOUSE ?= $(CURDIR)/warehouse
 
 FRAMEWORKS     := tests/integration/frameworks
 FRAMEWORKS_STAMP := $(VENV)/.frameworks-installed
+TORCH_NEXT     := $(FRAMEWORKS)/torch_next
+NEXT_VENV      := .venv-torch-next
+NEXT_STAMP     := $(NEXT_VENV)/.installed
 
-.PHONY: setup constraints test test-fast test-frameworks lint demo calibrate dagster mlflow bench validate evaluate search-eval clean
+.PHONY: setup constraints test test-fast test-frameworks test-torch-next lint demo calibrate dagster mlflow bench validate evaluate search-eval clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -38,6 +41,17 @@ $(FRAMEWORKS_STAMP): $(STAMP) $(FRAMEWORKS)/requirements.txt $(FRAMEWORKS)/const
 
 test-frameworks: $(FRAMEWORKS_STAMP)  ## install DeepSpeed, Accelerate, Lightning, megatron-core, Triton...; one program per framework
 	$(BIN)/python -m pytest -q -x --durations=0 $(FRAMEWORKS)
+
+$(NEXT_STAMP): pyproject.toml $(TORCH_NEXT)/requirements.txt $(TORCH_NEXT)/constraints.txt
+	test -d $(NEXT_VENV) || $(PY) -m venv $(NEXT_VENV)
+	$(NEXT_VENV)/bin/pip install -q --upgrade pip
+	@# torch's newest release the project allows, first (a CUDA build; it runs on the CPU as well)
+	$(NEXT_VENV)/bin/pip install -q -c $(TORCH_NEXT)/constraints.txt torch
+	$(NEXT_VENV)/bin/pip install -q -c $(TORCH_NEXT)/constraints.txt -e ".[dev]" -r $(TORCH_NEXT)/requirements.txt
+	touch $(NEXT_STAMP)
+
+test-torch-next: $(NEXT_STAMP)  ## torch 2.14.1 in a venv of its own (.venv-torch-next): torchtitan 0.3.0, which needs it
+	$(NEXT_VENV)/bin/python -m pytest -q -x --durations=0 $(TORCH_NEXT)
 
 lint: $(STAMP)           ## ruff over the project, and the import layers (import-linter contracts in pyproject.toml)
 	$(BIN)/ruff check emulator maya_models pipelines tests examples
@@ -75,4 +89,4 @@ evaluate: $(STAMP)       ## predictor accuracy on held-out shapes and the unseen
 	$(BIN)/python -m maya_models.evaluate
 
 clean:
-	rm -rf $(VENV) warehouse/measurements warehouse/maya.duckdb warehouse/mlflow.db warehouse/mlartifacts
+	rm -rf $(VENV) $(NEXT_VENV) warehouse/measurements warehouse/maya.duckdb warehouse/mlflow.db warehouse/mlartifacts

@@ -1,7 +1,8 @@
 """torchtitan (the pinned 0.2.2 wheel, unmodified) trains under `maya emulate -m torchtitan.train` on 2 ranks.
 
 torchtitan 0.2.2 is the release that runs on the torch pin: 0.3.0 calls `torch.distributed.set_timeout`
-(public from torch 2.14) and eagerly imports torchao's Triton kernels, one of which Triton 3.9 rejects.
+(public from torch 2.14) and eagerly imports torchao's Triton kernels, one of which Triton 3.9 rejects;
+`make test-torch-next` runs 0.3.0 beside torch 2.14.1 (`torch_next/test_torchtitan_030.py`).
 Its defaults are the llama3 debug model (6 layers, SDPA, seq 2048, local batch 8), selective activation
 checkpointing of every second block and FSDP over every rank (dp_shard -1); it reads its tokenizer and
 the `c4_test` dataset from `./tests/assets`, which `examples/third_party/torchtitan_assets.py` writes
