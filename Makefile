@@ -50,8 +50,8 @@ $(NEXT_STAMP): pyproject.toml $(TORCH_NEXT)/requirements.txt $(TORCH_NEXT)/const
 	$(NEXT_VENV)/bin/pip install -q -c $(TORCH_NEXT)/constraints.txt -e ".[dev]" -r $(TORCH_NEXT)/requirements.txt
 	touch $(NEXT_STAMP)
 
-test-torch-next: $(NEXT_STAMP)  ## torch 2.14.1 in a venv of its own (.venv-torch-next): torchtitan 0.3.0, which needs it
-	$(NEXT_VENV)/bin/python -m pytest -q -x --durations=0 $(TORCH_NEXT)
+test-torch-next: $(NEXT_STAMP)  ## torch 2.14.1 in a venv of its own (.venv-torch-next): the unit tests, and torchtitan 0.3.0, which needs it
+	$(NEXT_VENV)/bin/python -m pytest -q -x --durations=5 tests/unit $(TORCH_NEXT)
 
 lint: $(STAMP)           ## ruff over the project, and the import layers (import-linter contracts in pyproject.toml)
 	$(BIN)/ruff check emulator maya_models pipelines tests examples
