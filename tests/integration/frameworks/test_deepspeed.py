@@ -46,6 +46,24 @@ def test_zero3_with_prefetch_gathers_in_buckets_and_predicts(runs):
     assert pred["iteration_time_s"] > 0 and pred["breakdown_s"]["communication"] > 0
 
 
+def test_zero3_parameter_offload_copies_partitions_in_from_the_host(runs):
+    """`offload_param` with `offload_optimizer` (ZeRO-Infinity's CPU pairing): each rank's parameter partition
+    lives in host memory, so every fetch copies it to the device before its all-gather, and the update runs on
+    the host; the copies are device time in the prediction."""
+    run = runs("--stage", "3", "--offload", "--offload-param")
+    assert run.rc == 0 and run.summary["ok"], ok(run)
+    t = run.steady()
+    on_device = runs("--stage", "3").steady()
+    fetched = t[(t.kind == "memcpy") & (t.op == "memcpy::h2d") & (t.phase == "forward")]
+    assert not ((on_device.kind == "memcpy") & (on_device.phase == "forward")).any()
+    assert fetched.bytes.sum() > 0 and fetched.module.str.contains(r"\.blocks\.").any()
+    assert (t[(t.kind == "collective") & (t.phase == "forward")].op == "c10d::_allgather_base_").any()
+    assert not ((t.kind == "kernel") & (t.phase == "optimizer")).any()  # the step ran on the host
+    assert t[(t.op == "memcpy::d2h") & (t.phase == "backward")].bytes.sum() > 0  # gradients out to the host
+    pred = simulate(run.out)
+    assert pred["device_time_by_family"]["memcpy"]["device_s"] > 0
+
+
 @pytest.mark.parametrize("stage", ["1", "2"])
 def test_zero12_reduce_gradients_and_gather_updated_parameters(runs, stage):
     run = runs("--stage", stage)

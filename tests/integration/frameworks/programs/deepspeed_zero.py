@@ -8,7 +8,8 @@ from gpt import GPT
 p = argparse.ArgumentParser()
 p.add_argument("--stage", type=int, default=3)
 p.add_argument("--overlap", action="store_true")
-p.add_argument("--offload", action="store_true")
+p.add_argument("--offload", action="store_true", help="optimizer states and step on the host (offload_optimizer)")
+p.add_argument("--offload-param", action="store_true", help="ZeRO-3: parameters kept on the host (offload_param)")
 p.add_argument("--clip", type=float, default=1.0)
 p.add_argument("--no-prefetch", action="store_true", help="ZeRO-3: fetch each module's parameters when it runs")
 p.add_argument("--steps", type=int, default=3)
@@ -36,6 +37,8 @@ if args.no_prefetch:
                                        stage3_max_reuse_distance=0)
 if args.offload:
     config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+if args.offload_param:
+    config["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
 
 deepspeed.init_distributed()
 model = GPT()
