@@ -9,8 +9,9 @@ emulated allocator and its extern kernels are recorded as aten ops. Each Triton 
 becomes one kernel row (`Recorder.record_launch`):
 
     op       `triton::<kind>`: pointwise, reduction, persistent_reduction, template, split_scan, ...
-             (Inductor's heuristic type; family `generated` of `emulator.core.ops`, which no
-             learned predictor covers yet: the roofline times it, labelled fallback)
+             (Inductor's heuristic type; family `generated` of `emulator.core.ops`: a pointwise kernel
+             that loads each buffer once is timed by the learned elementwise family, the others by
+             the roofline, labelled fallback: `emulator.core.ops.timing_family`)
     shapes   the tensor arguments' (dtypes, strides likewise)
     args     {"kernel": its name, "numel": x elements, "rnumel": reduction elements, and features of
              its body counted in the generated source: "loads", "stores", "reductions", "arith"
@@ -38,6 +39,9 @@ Why each patch exists (torch 2.13 CPU build, triton 3.9):
   (Inductor's SDPA pattern tracing: "Could not run 'aten::empty_strided' with arguments from the
   'CUDA' backend");
 - `joint_graph_constant_folding` off: that pass evaluates graph nodes on real device tensors;
+- `shape_padding` off: Inductor's pad_mm pass times a misaligned GEMM padded and unpadded on real device
+  tensors to choose ("Could not run 'aten::empty.memory_format' ... 'CUDA' backend"); with nothing to time,
+  the unpadded plan stands, as a kernel's first config does;
 - Dynamo's `CudaInterface` bound torch.cuda's functions when first imported, before the shim;
 - Triton's active driver loads libcuda: a CudaDriver that only names the target (sm_XY) stands in,
   and Triton kernels neither compile (`precompile`) nor launch (`run` records a row);
@@ -77,10 +81,11 @@ from torch.utils._python_dispatch import (
 )
 
 # benchmark_kernel: Inductor writes its byte and FLOP estimates into each kernel's metadata (and a
-# benchmark harness into the generated module, which nothing runs)
+# benchmark harness into the generated module, which nothing runs); shape_padding: Inductor pads a GEMM whose
+# dimensions the tensor-core alignment does not divide only when timing both on the device says so (pad_mm)
 _INDUCTOR_CONFIG = {"compile_threads": 1, "max_autotune": False, "max_autotune_gemm": False,
                     "max_autotune_pointwise": False, "coordinate_descent_tuning": False,
-                    "joint_graph_constant_folding": False, "benchmark_kernel": True,
+                    "joint_graph_constant_folding": False, "benchmark_kernel": True, "shape_padding": False,
                     "triton.cudagraphs": False, "triton.cudagraph_trees": False}
 # the modes whose Inductor plan captures CUDA graphs on a GPU (torch's `list_mode_options`)
 CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})

@@ -84,3 +84,13 @@ def test_a_ready_compile_worker_pool_leaves_every_compile_in_process(tmp_path, c
     run = emulate("compiled_gpt.py", tmp_path / "pool", "--ready-compile-pool")
     assert run.rc == 0 and run.summary["ok"], ok(run)
     assert len(_kernels(run)) == len(_kernels(compiled))
+
+
+def test_a_head_no_alignment_divides_compiles_unpadded_without_timing_on_a_device(tmp_path):
+    """GPT-2's vocabulary (50257): Inductor's pad_mm pass would time the head's GEMMs padded and unpadded on real
+    device tensors to choose (before: the run stopped in a CUDA-backend error); the unpadded plan stands."""
+    run = emulate("compiled_gpt.py", tmp_path / "gpt2_vocab", "--vocab", "50257")
+    assert run.rc == 0 and run.summary["ok"], ok(run)
+    mm = _kernels(run)
+    head = [s for s in mm[mm.op == "aten::mm"].shapes if any(50257 in list(d) for d in s)]
+    assert len(head) == 3  # the head's forward and its two gradient GEMMs, at the vocabulary's own width
