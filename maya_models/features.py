@@ -32,7 +32,7 @@ from emulator.core.ops import (
     flops_and_bytes,
     gemm_dims,
     numel,
-    op_family,
+    timing_family,
 )
 from emulator.core.roofline import collective_time, group_link, kernel_time, ring_factor, ring_steps, row_dtype
 
@@ -71,7 +71,7 @@ def _hardware(spec: GPUSpec, dtype: str, family: str) -> dict:
 
 
 def _row_features(op, shapes, dtypes, strides, args, out_shapes, out_dtypes, spec: GPUSpec) -> dict:
-    fam = op_family(op)
+    fam = timing_family(op, args, shapes)
     dtype = row_dtype(op, dtypes)
     flops, nbytes = flops_and_bytes(op, shapes, dtypes, out_shapes, out_dtypes, args)
     f = {

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from emulator.core.hardware import get_gpu
-from emulator.core.ops import as_list, op_family
+from emulator.core.ops import as_list, op_family, timing_family
 from emulator.core.roofline import TENSOR_CORE_FAMILIES, compute_share, roofline_durations, row_dtype
 from maya_models.features import featurize
 
@@ -188,7 +188,10 @@ class KernelPredictor:
         if n == 0:
             return out, source, None, np.zeros(0, dtype=bool)
         kinds = df["kind"].astype(str).to_numpy() if "kind" in df.columns else np.array(["kernel"] * n)
-        fams = np.array([op_family(str(o)) for o in df["op"]], dtype=object)
+        args = df["args"].tolist() if "args" in df.columns else [None] * n
+        shapes = df["shapes"].tolist() if "shapes" in df.columns else [None] * n
+        fams = np.array([timing_family(str(o), a, as_list(s) if s is not None else None)  # generated: ATen's family
+                         for o, a, s in zip(df["op"], args, shapes, strict=True)], dtype=object)
         learned = np.array([k in KERNEL_KINDS and f in self.families for k, f in zip(kinds, fams, strict=True)])
         X = None
         if learned.any():

@@ -149,6 +149,28 @@ def op_family(op: str) -> str:
     return "other"
 
 
+# Generated kernels that a learned family of ATen kernels times. An Inductor pointwise kernel that loads each
+# of its buffers once reads its inputs and writes its outputs in one pass, as an ATen elementwise kernel does:
+# KernelBench's single-op problems (ReLU, GELU, sigmoid, ... on [4096, 393216] fp32) ran as fast compiled as
+# eager on an H100 (`python -m pipelines.validation.generated_kernels`). A pointwise stencil (pooling: 8 or 16
+# loads of one input per output) and the reductions stay the roofline's: their time is not their buffers'
+# bytes (a looped reduction reads its input once per loop, which Inductor's byte count does not include).
+GENERATED_TIMED_AS = {"triton::pointwise": "elementwise"}
+
+
+def timing_family(op: str, args=None, shapes=None) -> str:
+    """The family whose measurements time `op`: its own (`op_family`), or, for a generated kernel, the family
+    of ATen kernels that does the same work (`GENERATED_TIMED_AS`) when its body loads no more often than it
+    has tensor arguments (`args`' "loads" against `shapes`); other generated kernels stay `generated`."""
+    fam = op_family(op)
+    if fam != "generated" or op not in GENERATED_TIMED_AS:
+        return fam
+    loads = parse_args(args).get("loads")
+    if loads is not None and shapes is not None and int(loads) > len(shapes):
+        return fam
+    return GENERATED_TIMED_AS[op]
+
+
 def is_view_op(op: str) -> bool:
     """True for ops that launch no device kernel (views, uninitialised allocation)."""
     return op in VIEW_OPS
