@@ -278,8 +278,8 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
                             [g for g, e in zip(groups, ev, strict=True) if not e], trained_on, num_rounds, params)
         train_ops = data_f["op"].astype(str).to_numpy()[~ev]
         model.ops = {str(o): int(n) for o, n in zip(*np.unique(train_ops, return_counts=True), strict=True)}
-        model.elem_bytes = _counts_by_size(X[~ev])
         seen = X[~ev]
+        model.elem_bytes = _counts_by_size(seen)
         in_situ = seen["in_situ"].to_numpy() > 0 if "in_situ" in seen.columns else np.zeros(len(seen), bool)
         model.in_situ_elem_bytes = _counts_by_size(seen[in_situ])
         model.in_situ_compute_elem_bytes = _counts_by_size(seen[in_situ & (seen["flops"].to_numpy() >= MIN_BEST_FLOPS)])

@@ -8,10 +8,11 @@ baseline_time_torch_compile_inductor_default.json`: PyTorch 2.5.0, CUDA 12.4, 3 
 each entry names the GPU it ran on, and a few ran on an H200). Many problems compile to one generated kernel at
 multi-GB sizes (ReLU on [4096, 393216] fp32), so the call's time is that kernel's. This check emulates each
 problem compiled (`examples/validation/kernelbench_problem.py`), keeps the problems whose compiled call runs
-generated kernels only, and compares the fallback's time of those kernels with the measured call.
+generated kernels only, and compares with the measured call both the fallback's time of those kernels and
+maya's (the registered kernel predictor, which times some of them by a learned family: `timing_family`).
 
     python -m pipelines.validation.generated_kernels --curate KERNELBENCH_ROOT [--work DIR]  # write the parquet
-    python -m pipelines.validation.generated_kernels                                        # fallback vs measured
+    python -m pipelines.validation.generated_kernels                                        # vs measured
 
 KERNELBENCH_ROOT is a checkout of KernelBench at `KERNELBENCH_COMMIT` (the problems' shapes changed over its
 history; the timing file and the problems must be of the same commit). `--work DIR` keeps each problem's
