@@ -17,7 +17,10 @@ becomes one kernel row (`Recorder.record_launch`):
              its body counted in the generated source: "loads", "stores", "reductions", "arith"
              (binary arithmetic), "transcendental" (exp, log, sqrt, erf, tanh, sigmoid, ...)}
     bytes    Inductor's own estimate of the kernel's traffic (`kernel_num_gb`, which counts sliced
-             inputs by their slices); without it the sizes of the tensor arguments (an upper bound)
+             inputs by their slices); without it the sizes of the tensor arguments (an upper bound);
+             plus, for a looped reduction that reads a buffer in several passes over its rows (a
+             softmax or norm too wide for one block), each pass after the first (`reread_pointers`;
+             args "passes" counts the loops, "reread_bytes" the bytes added)
     flops    Inductor's estimate (`kernel_flop`, given for templates); else one per element
              (numel x rnumel), as an eager elementwise row counts its outputs
 
@@ -92,6 +95,11 @@ CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 _TRANSCENDENTAL = re.compile(r"\b(?:libdevice\.\w+|tl\.(?:exp|exp2|log|log2|sqrt|rsqrt|sin|cos|sigmoid|erf|"
                              r"tanh|fdiv)|tl_math\.\w+|math\.\w+)\s*\(")
 _ARITH = re.compile(r"(?<=[\w)\]])\s*[-+*/%]\s*(?=[\w(])")
+# a looped reduction's pass over the reduction dimension (`for r0_offset in tl.range(...)`; `roffset` before
+# torch 2.6), a load's or store's pointer, and an index that moves with the reduction dimension (r0_1, r0_index, rindex)
+_REDUCTION_LOOP = re.compile(r"^(\s*)for r\d*_?offset in ")
+_ACCESS = re.compile(r"tl\.(load|store)\((\w+) \+ ")
+_REDUCTION_INDEX = re.compile(r"\br\d+_\w+|\brindex\b|\broffset\b")
 
 
 EAGER_BACKENDS = frozenset({"eager", "aot_eager"})
@@ -303,11 +311,52 @@ def kernel_features(src: str) -> dict[str, int]:
     text = "\n".join(body)
     return {"loads": text.count("tl.load("), "stores": text.count("tl.store("),
             "reductions": len(re.findall(r"\btl\.(?:sum|max|min|reduce|argmax|argmin)\(|triton_helpers\.\w+\(", text)),
-            "arith": len(_ARITH.findall(text)), "transcendental": len(_TRANSCENDENTAL.findall(text))}
+            "arith": len(_ARITH.findall(text)), "transcendental": len(_TRANSCENDENTAL.findall(text)),
+            "passes": sum(1 for line in body if _REDUCTION_LOOP.match(line))}
 
 
-def describe_kernel(autotuner) -> tuple[str, dict, float | None, float | None]:
-    """(op, static args, flops, bytes) of one generated kernel, worked out once per kernel."""
+def reread_pointers(src: str) -> dict[str, int]:
+    """Buffers a looped reduction reads or writes in more passes over its reduction dimension than
+    Inductor's byte count (`kernel_num_gb`: each buffer once, an in-place one twice) includes: {argument
+    name: the accesses beyond it}. A softmax or a norm whose rows do not fit one block loops over the row once
+    to reduce (max, sum, mean, variance) and again to normalise, loading the row each time; a kernel may also
+    store a row in one pass and load it back in the next. An access counts for a pass when its index moves
+    with the reduction dimension (a per-row value loaded before the loops is read once)."""
+    accesses: dict[str, set[tuple[int, str]]] = {}
+    loop, indent = -1, None
+    for line in src.splitlines():
+        if not line.strip():
+            continue
+        start = _REDUCTION_LOOP.match(line)
+        if start:
+            loop, indent = loop + 1, len(start.group(1))
+            continue
+        if indent is not None and len(line) - len(line.lstrip()) <= indent:
+            indent = None  # the loop's body ended
+        if indent is None:
+            continue
+        for m in _ACCESS.finditer(line):
+            if _REDUCTION_INDEX.search(_parenthesised(line, m.end())):
+                accesses.setdefault(m.group(2), set()).add((loop, m.group(1)))
+    counted = {name: 2 if name.startswith("in_out_ptr") else 1 for name in accesses}
+    return {name: len(a) - counted[name] for name, a in accesses.items() if len(a) > counted[name]}
+
+
+def _parenthesised(text: str, at: int) -> str:
+    """The balanced parenthesised expression starting at `text[at]` (a load's index), or '' if none."""
+    if at >= len(text) or text[at] != "(":
+        return ""
+    depth = 0
+    for i in range(at, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[at:i + 1]
+    return text[at:]
+
+
+def describe_kernel(autotuner) -> tuple[str, dict, float | None, float | None, dict[str, int]]:
+    """(op, static args, flops, bytes, pointers read again: `reread_pointers`) of one generated kernel,
+    worked out once per kernel."""
     cached = getattr(autotuner, "_maya_kernel", None)
     if cached is not None:
         return cached
@@ -319,7 +368,8 @@ def describe_kernel(autotuner) -> tuple[str, dict, float | None, float | None]:
     num_gb = meta.get("kernel_num_gb")
     flop = meta.get("kernel_flop")
     args = {"kernel": name, **kernel_features(src)}
-    cached = (f"triton::{kind}", args, float(flop) if flop else None, float(num_gb) * 1e9 if num_gb else None)
+    cached = (f"triton::{kind}", args, float(flop) if flop else None, float(num_gb) * 1e9 if num_gb else None,
+              reread_pointers(src))
     autotuner._maya_kernel = cached
     return cached
 
@@ -365,7 +415,7 @@ def _install_triton_stand_ins(rec) -> None:
         self.compile_results = []  # no device code for a device that does not exist
 
     def run(self, *args, stream=None, **kwargs):
-        op, static, flops, nbytes = describe_kernel(self)
+        op, static, flops, nbytes, reread = describe_kernel(self)
         names = list(getattr(self.fn, "arg_names", []) or [])
         ints = {n: a for n, a in zip(names, args, strict=False) if isinstance(a, int) and n.endswith("numel")}
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -373,7 +423,14 @@ def _install_triton_stand_ins(rec) -> None:
         rnumel = int(ints.get("r0_numel", ints.get("rnumel", 1))) * int(ints.get("r1_numel", 1))
         if flops is None:
             flops = float(numel * rnumel)
-        rec.record_launch(op, tensors, {**static, "numel": numel, "rnumel": rnumel}, flops, nbytes)
+        launch = {**static, "numel": numel, "rnumel": rnumel}
+        if reread:  # a looped reduction's later passes read these buffers again
+            again = float(sum(reread.get(n, 0) * a.numel() * a.element_size()
+                              for n, a in zip(names, args, strict=False) if isinstance(a, torch.Tensor)))
+            if again:
+                base = nbytes if nbytes is not None else float(sum(t.numel() * t.element_size() for t in tensors))
+                nbytes, launch["reread_bytes"] = base + again, again
+        rec.record_launch(op, tensors, launch, flops, nbytes)
 
     heuristics.CachingAutotuner.precompile = precompile
     heuristics.CachingAutotuner.run = run

@@ -153,8 +153,8 @@ def op_family(op: str) -> str:
 # of its buffers once reads its inputs and writes its outputs in one pass, as an ATen elementwise kernel does:
 # KernelBench's single-op problems (ReLU, GELU, sigmoid, ... on [4096, 393216] fp32) ran as fast compiled as
 # eager on an H100 (`python -m pipelines.validation.generated_kernels`). A pointwise stencil (pooling: 8 or 16
-# loads of one input per output) and the reductions stay the roofline's: their time is not their buffers'
-# bytes (a looped reduction reads its input once per loop, which Inductor's byte count does not include).
+# loads of one input per output) and the reductions stay the roofline's, on bytes that count each pass a
+# looped reduction makes over its rows (`emulator.capture.compile.reread_pointers`).
 GENERATED_TIMED_AS = {"triton::pointwise": "elementwise"}
 
 

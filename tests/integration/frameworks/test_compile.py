@@ -3,9 +3,11 @@ kernels a GPU would run; each generated Triton kernel is one `triton::<kind>` ro
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from pipelines.validation.generated_kernels import DRIVER, compiled_call
 from tests.integration.frameworks.run import emulate, ok, simulate
 
 pytest.importorskip("triton")
@@ -94,3 +96,35 @@ def test_a_head_no_alignment_divides_compiles_unpadded_without_timing_on_a_devic
     mm = _kernels(run)
     head = [s for s in mm[mm.op == "aten::mm"].shapes if any(50257 in list(d) for d in s)]
     assert len(head) == 3  # the head's forward and its two gradient GEMMs, at the vocabulary's own width
+
+
+WIDE_SOFTMAX = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(4096, 65536)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_softmax_too_wide_for_one_block_moves_its_rows_once_per_pass(tmp_path):
+    """Inductor loops over each 65,536-wide row twice (running max and sum, then normalise), loading it each
+    time; the row's bytes say so, where Inductor's own count reads the input once."""
+    problem = tmp_path / "wide_softmax.py"
+    problem.write_text(WIDE_SOFTMAX)
+    run = emulate(str(DRIVER), tmp_path / "out", str(problem))
+    assert run.rc == 0 and run.summary["ok"], ok(run)
+    k = compiled_call(Path(run.out))
+    assert list(k.op) == ["triton::reduction"]
+    args, rows = json.loads(k.args[0]), 4096 * 65536 * 4
+    assert args["passes"] == 2 and args["reread_bytes"] == rows
+    assert k.bytes[0] == pytest.approx(3 * rows, rel=0.01)  # read, read again, write
