@@ -95,6 +95,11 @@ CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 _TRANSCENDENTAL = re.compile(r"\b(?:libdevice\.\w+|tl\.(?:exp|exp2|log|log2|sqrt|rsqrt|sin|cos|sigmoid|erf|"
                              r"tanh|fdiv)|tl_math\.\w+|math\.\w+)\s*\(")
 _ARITH = re.compile(r"(?<=[\w)\]])\s*[-+*/%]\s*(?=[\w(])")
+# a reduction along a block axis (sum, max, argmax, Welford, online softmax, scans); triton_helpers' elementwise
+# helpers (maximum, minimum, promote_to_tensor, the loops' running combines) are not reductions
+_REDUCTION_CALL = re.compile(r"\btl\.(?:sum|max|min|reduce|argmax|argmin|associative_scan|cumsum|cumprod)\("
+                             r"|\btriton_helpers\.(?:max2|min2|prod|max_with_index|min_with_index|welford|any|"
+                             r"online_softmax_reduce|exclusive_scan_decoupled_lookback(?:_64)?|sort_with_index)\(")
 # a looped reduction's pass over the reduction dimension (`for r0_offset in tl.range(...)`; `roffset` before
 # torch 2.6), a load's or store's pointer, and an index that moves with the reduction dimension (r0_1, r0_index, rindex)
 _REDUCTION_LOOP = re.compile(r"^(\s*)for r\d*_?offset in ")
@@ -310,7 +315,7 @@ def kernel_features(src: str) -> dict[str, int]:
     body = [line.strip() for line in src.splitlines() if line.strip() and not line.strip().startswith(("#", "@"))]
     text = "\n".join(body)
     return {"loads": text.count("tl.load("), "stores": text.count("tl.store("),
-            "reductions": len(re.findall(r"\btl\.(?:sum|max|min|reduce|argmax|argmin)\(|triton_helpers\.\w+\(", text)),
+            "reductions": len(_REDUCTION_CALL.findall(text)),
             "arith": len(_ARITH.findall(text)), "transcendental": len(_TRANSCENDENTAL.findall(text)),
             "passes": sum(1 for line in body if _REDUCTION_LOOP.match(line))}
 

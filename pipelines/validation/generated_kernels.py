@@ -51,13 +51,25 @@ def kernelbench_path() -> Path:
     return reference_dir() / NAME
 
 
-def _emulate(problem: Path, out: Path) -> bool:
-    if not (out / "emulation.json").exists():
+def _emulate(problem: Path, out: Path) -> str | None:
+    """Emulates the compiled problem into `out` (kept and reused); None when it ran, else why it did not."""
+    summary = out / "emulation.json"
+    if not summary.exists():
         cmd = [sys.executable, "-m", "emulator.cli", "emulate", "--gpu", GPU, "--out", str(out), str(DRIVER),
                str(problem)]
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    return (out / "emulation.json").exists() and json.loads((out / "emulation.json").read_text()).get("ok", False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        if not summary.exists():
+            return _last_error_line(proc.stdout + proc.stderr) or f"maya emulate exited {proc.returncode}"
+    s = json.loads(summary.read_text())
+    return None if s.get("ok", False) else (_last_error_line(s.get("error") or "") or "the emulation failed")
+
+
+def _last_error_line(text: str) -> str:
+    """The exception line of a traceback (`...Error: message`), cut to one line of text."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.split(":", 1)[0].endswith(("Error", "Exception"))]
+    return (errors[-1] if errors else lines[-1] if lines else "")[:200]
 
 
 def compiled_call(out: Path) -> pd.DataFrame | None:
@@ -85,8 +97,9 @@ def curate(root: Path, work: Path, out: Path | None = None) -> pd.DataFrame:
             dropped[name] = f"timed on {m.get('hardware')}"
             continue
         run = work / Path(name).stem
-        if not _emulate(root / "KernelBench" / "level1" / name, run):
-            dropped[name] = "emulation failed"
+        failed = _emulate(root / "KernelBench" / "level1" / name, run)
+        if failed:
+            dropped[name] = f"emulation failed: {failed}"
             continue
         k = compiled_call(run)
         if k is None:

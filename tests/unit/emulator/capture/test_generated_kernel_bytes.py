@@ -1,4 +1,4 @@
-"""What a generated Triton kernel's row says it moves: a looped reduction that reads a row in two passes moves
+"""What a generated Triton kernel's row says it does and moves: a looped reduction that reads a row in two passes moves
 it twice, which Inductor's byte count (each buffer once) leaves out. The sources are in the form Inductor
 generates for a CUDA target (torch 2.13)."""
 
@@ -129,3 +129,21 @@ def test_a_row_stored_in_one_pass_and_loaded_in_the_next_moves_again():
 def test_a_persistent_reduction_moves_each_buffer_once():
     assert reread_pointers(PERSISTENT) == {}
     assert kernel_features(PERSISTENT)["passes"] == 0
+
+
+RELU = """
+@triton.jit
+def triton_poi_fused_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK):
+    xoffset = tl.program_id(0) * XBLOCK
+    x0 = xoffset + tl.arange(0, XBLOCK)[:]
+    tmp0 = tl.load(in_ptr0 + (x0), None)
+    tmp1 = tl.full([1], 0, tl.int32)
+    tmp2 = triton_helpers.maximum(tmp1, tmp0)
+    tl.store(out_ptr0 + (x0), tmp2, None)
+"""
+
+
+def test_only_reductions_along_a_block_axis_count_as_reductions():
+    assert kernel_features(RELU)["reductions"] == 0  # triton_helpers.maximum is elementwise
+    assert kernel_features(TWO_PASS_SOFTMAX)["reductions"] == 1  # online_softmax_reduce; the combine is not
+    assert kernel_features(PERSISTENT)["reductions"] == 1

@@ -38,3 +38,13 @@ def test_the_comparison_gives_the_fallbacks_error_and_names_stencils():
     assert "maya_error" not in cmp.columns  # no predictor given: the fallback alone
     s = gk.summary(cmp)
     assert s.loc["all", "problems"] == 2 and s.loc["all", "fallback MAPE"] == pytest.approx(0.125)
+
+
+def test_a_problem_that_failed_to_emulate_is_dropped_with_its_error(tmp_path):
+    error = ('Traceback (most recent call last):\n  File "kernelbench_problem.py", line 25, in <module>\n'
+             "    compiled(*inputs)\nNotImplementedError: Could not run 'aten::empty.memory_format' with arguments "
+             "from the 'CUDA' backend.\n\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n")
+    (tmp_path / "emulation.json").write_text(json.dumps({"ok": False, "error": error}))
+    assert gk._emulate(tmp_path / "unused.py", tmp_path).startswith("NotImplementedError: Could not run")
+    (tmp_path / "emulation.json").write_text(json.dumps({"ok": True, "error": None}))
+    assert gk._emulate(tmp_path / "unused.py", tmp_path) is None
