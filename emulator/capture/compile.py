@@ -429,13 +429,13 @@ def _install_triton_stand_ins(rec) -> None:
         if flops is None:
             flops = float(numel * rnumel)
         launch = {**static, "numel": numel, "rnumel": rnumel}
-        if reread:  # a looped reduction's later passes read these buffers again
+        again = 0.0
+        if reread:  # a looped reduction's later passes move these buffers again
             again = float(sum(reread.get(n, 0) * a.numel() * a.element_size()
                               for n, a in zip(names, args, strict=False) if isinstance(a, torch.Tensor)))
-            if again:
-                base = nbytes if nbytes is not None else float(sum(t.numel() * t.element_size() for t in tensors))
-                nbytes, launch["reread_bytes"] = base + again, again
-        rec.record_launch(op, tensors, launch, flops, nbytes)
+        if again:
+            launch["reread_bytes"] = again
+        rec.record_launch(op, tensors, launch, flops, nbytes, extra_bytes=again)
 
     heuristics.CachingAutotuner.precompile = precompile
     heuristics.CachingAutotuner.run = run

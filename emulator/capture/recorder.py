@@ -745,10 +745,11 @@ class Recorder(TorchDispatchMode):
             self._t_last = _clock()
 
     def record_launch(self, op: str, tensors: list, args: dict, flops: float | None = None,
-                      nbytes: float | None = None, writes: bool = False) -> None:
+                      nbytes: float | None = None, writes: bool = False, extra_bytes: float = 0.0) -> None:
         """A kernel launched outside the dispatcher (a compiled graph's Triton kernel, a program's own Triton
         kernel, emulator.capture.compile): one kernel row over its tensor arguments; `nbytes` unknown: their
-        sizes (an upper bound). `writes`: the kernel may write any of them, so their host values are dropped."""
+        sizes (an upper bound); `extra_bytes` the traffic either leaves out (a looped reduction's repeated
+        passes). `writes`: the kernel may write any of them, so their host values are dropped."""
         t0 = _clock()
         with self._lock:
             if writes and self.shadows is not None:
@@ -759,6 +760,7 @@ class Recorder(TorchDispatchMode):
             module, phase = self._module_phase()
             if nbytes is None:
                 nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
+            nbytes += extra_bytes
             self.rows.add(kind="kernel", op=op, stream=self.stream_id(), iteration=self.iteration, module=module,
                           phase=phase, shapes=[list(t.shape) for t in tensors],
                           dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
