@@ -146,7 +146,6 @@ def install(rec, counts: Counter) -> None:
     config.compile_threads = 1
     _refresh_dynamo_device_interface()
     _install_triton_stand_ins(rec)
-    _install_graph_managed_inputs()
     original = torch.compile
 
     def compile_for_emulation(model=None, *, backend="inductor", mode=None, options=None, **kwargs):
@@ -220,6 +219,8 @@ def only_these_modes(rec, modes: list):
 
 
 def _inductor_recorded(rec, options: dict, gm, example_inputs):
+    # importing compile_fx costs a rank seconds; a program that compiles nothing never pays it
+    _install_graph_managed_inputs()
     from torch._inductor.compile_fx import compile_fx
 
     # the program's options, except what needs a GPU; with `triton.cudagraphs` Inductor's one-graph path
