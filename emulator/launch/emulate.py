@@ -131,6 +131,8 @@ def launch(job: EmulationJob, dedup: bool, jobs: int | None, verify: int, consol
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the pool stopped the workers; say so in emulation.json
         interrupted = True
         rank_map, dedup_info = {r: r for r in runner.runs}, None
+    finally:
+        runner.close()
     for r in (dedup_info or {}).get("probed", []):  # first iterations only: no rank uses it, none may read it
         shutil.rmtree(rank_trace_path(job.out, r).parent, ignore_errors=True)
     summary = merge(job, runner.runs, rank_map, time.perf_counter() - t0, mode, dedup_info, interrupted)

@@ -27,7 +27,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from emulator.core.exitcodes import Exit
 from emulator.core.hardware import CPU_RANK_THREADS
-from emulator.launch.job import EmulationJob
+from emulator.launch import forkserver
+from emulator.launch.job import WORKER, EmulationJob
 from emulator.trace.io import read_rank_summary
 from emulator.trace.layout import PROGRESS_FILE_ENV, rank_log_path, rank_progress_path
 from emulator.trace.summaries import RankSummary, SummaryError
@@ -102,6 +103,10 @@ class RankRunner:
         self.runs: dict[int, RankRun] = {}
         self.env = worker_env(free_port())
         self.stop = False  # set after a failure: later phases do not start
+        # ranks forked from a process that booted the device and imported torch once (emulator.launch.forkserver);
+        # None until the first rank, False where the job's ranks start as plain processes
+        self.server: forkserver.ForkServer | None | bool = (
+            None if not job.profile and job.worker == WORKER and forkserver.wanted() else False)
 
     def __call__(self, ranks: list[int], iterations: int | None = None) -> dict[int, RankSummary | None]:
         """Run `ranks` (each stopped after `iterations` when given: a probe) and return their summaries."""
@@ -124,6 +129,30 @@ class RankRunner:
         """From now on a rank whose peer is not running reads the objects the same position of an
         already emulated group sent (`emulator.distributed.objects`, stand-ins)."""
         self.env["MAYA_EXCHANGE_STANDIN"] = "1"
+
+    def close(self) -> None:
+        """The job's ranks are done: end the fork server, if one ran."""
+        if isinstance(self.server, forkserver.ForkServer):
+            self.server.close()
+        self.server = False
+
+    def _start(self, rank: int, iterations: int | None, env: dict):
+        """A rank's process (forked from the server where it can be) and the log handle to close after it."""
+        cmd = self.job.worker_command(rank, iterations)
+        log = rank_log_path(self.job.out, rank)
+        if self.server is None:
+            self.server = forkserver.ForkServer.start(cmd[0], cmd[len(WORKER):], self.env,
+                                                      self.job.out / "logs" / "forkserver.log") or False
+        if self.server:
+            try:
+                return self.server.spawn(cmd[len(WORKER):], env, log), None
+            except (OSError, RuntimeError) as e:  # the server went away: plain processes from now on
+                self.console.print(f"[yellow]maya: the fork server stopped ({e}); starting ranks as new "
+                                   f"processes[/yellow]")
+                self.server.close()
+                self.server = False
+        fh = open(log, "wb")  # noqa: SIM115 - closed when the process ends
+        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env), fh
 
     def exchange_group(self) -> str | None:
         """The process group named by a rank that gave up waiting for a peer's Python object, if any."""
@@ -148,10 +177,8 @@ class RankRunner:
                 while pending or running:
                     while pending and len(running) < limit and not self.stop:
                         r = pending.pop(0)
-                        fh = open(rank_log_path(self.job.out, r), "wb")  # noqa: SIM115 - closed when the process ends
                         env = self.env if watch is None or r != watch.rank else watch.env(self.env)
-                        proc = subprocess.Popen(self.job.worker_command(r, iterations), stdout=fh,
-                                                stderr=subprocess.STDOUT, env=env)
+                        proc, fh = self._start(r, iterations, env)
                         running[r] = (proc, time.perf_counter(), fh)
                     if watch is not None and watch.rank in running:
                         watch.poll()
@@ -161,7 +188,8 @@ class RankRunner:
                         rc = proc.poll()
                         if rc is None:
                             continue
-                        fh.close()
+                        if fh is not None:
+                            fh.close()
                         del running[r]
                         if watch is not None and r == watch.rank:
                             watch.poll(last=True)  # a step reached just before the worker ended
@@ -186,7 +214,8 @@ class RankRunner:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     rc = proc.wait()
-                fh.close()
+                if fh is not None:
+                    fh.close()
                 self._finished(r, rc, time.perf_counter() - t0, iterations)
         finally:
             if old is not None:

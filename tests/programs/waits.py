@@ -1,6 +1,7 @@
 """Some device work, then a wait: a program to stop from outside (fault-injection tests).
 
-Prints `ready` once its work is recorded, then sleeps `--sleep` seconds (`--sleep-rank0` on rank 0)."""
+Prints `ready pid=<its process id>` once its work is recorded, then sleeps `--sleep` seconds
+(`--sleep-rank0` on rank 0)."""
 
 import argparse
 import os
@@ -15,6 +16,6 @@ a = p.parse_args()
 x = torch.randn(256, 256, device="cuda")
 for _ in range(4):
     x = x @ x
-print("ready", flush=True)
+print(f"ready pid={os.getpid()}", flush=True)
 rank0 = os.environ.get("RANK", "0") == "0"
 time.sleep(a.sleep_rank0 if rank0 and a.sleep_rank0 is not None else a.sleep)

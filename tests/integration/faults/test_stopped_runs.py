@@ -3,6 +3,7 @@ rerun into the same folder. Each asserts what the user sees and that nothing rec
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,20 +39,11 @@ def wait_ready(out: Path, ranks, proc: subprocess.Popen, timeout: float = 240) -
     pytest.fail("the ranks never got ready")
 
 
-def worker_pid(launcher: int, rank: int) -> int:
-    """The launcher's worker process for `rank` (a child of the process this test started)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == launcher and b"emulator.launch.worker" in argv \
-                and argv[argv.index(b"--rank") + 1] == str(rank).encode():
-            return int(entry.name)
-    raise LookupError(f"no worker for rank {rank}")
+def worker_pid(out: Path, rank: int) -> int:
+    """The process emulating `rank`: the program says its process id in the rank's log."""
+    m = re.search(r"ready pid=(\d+)", (out / "logs" / f"rank={rank}.log").read_text(errors="replace"))
+    assert m, f"rank {rank} never said its process id"
+    return int(m.group(1))
 
 
 def summary(out: Path) -> dict:
@@ -62,7 +54,7 @@ def test_a_worker_killed_mid_run_fails_its_rank_and_keeps_the_others(tmp_path):
     out = tmp_path / "out"
     proc = launch(out, "--sleep-rank0", "1")
     wait_ready(out, [0, 1], proc)
-    os.kill(worker_pid(proc.pid, 1), signal.SIGKILL)
+    os.kill(worker_pid(out, 1), signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == Exit.PROGRAM_FAILED, stderr[-3000:]
     assert "rank 1: failed (killed by SIGKILL)" in stderr
