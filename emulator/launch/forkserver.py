@@ -3,8 +3,8 @@
 Why: a rank must be a process of its own (emulator.launch.pool), and a fresh one spends seconds
 importing torch, Dynamo and the emulator before the program's first line: most of a small
 program's emulation, and a search's trials pay it per rank. The fork server pays it once per job:
-`python -m emulator.launch.forkserver WORKER-ARGS` boots the device for the job's target (the
-first rank's worker arguments say which), imports what every rank imports, then forks one child
+`python -m emulator.launch.forkserver --gpu G --local-world-size N` boots the device for the job's
+target, imports what every rank imports, then forks one child
 per rank asked for. The child is the worker (emulator.launch.worker.main) in a process of its own,
 with its own environment, working directory and log; the program is imported in the child only,
 so ranks share no program state.
@@ -20,6 +20,7 @@ fails to start makes the launcher start plain worker processes instead.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -42,14 +43,17 @@ def wanted() -> bool:
 
 # ---------------------------------------------------------------------------------------------- server
 
-def serve(worker_args: list[str]) -> int:
-    from emulator.launch import worker
-
-    ns = worker.parse_args(worker_args)
+def serve(argv: list[str]) -> int:
+    """`python -m emulator.launch.forkserver --gpu G [--gpu-spec JSON] --local-world-size N`."""
+    p = argparse.ArgumentParser(prog="python -m emulator.launch.forkserver", description=__doc__.splitlines()[0])
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--gpu-spec", default=None)
+    p.add_argument("--local-world-size", type=int, required=True)
+    ns = p.parse_args(argv)
     # Ctrl-C on a terminal reaches the whole process group: the ranks stop (writing what they recorded)
     # and the server lives on to report how each ended
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if ns.profile or not _preload(ns):
+    if not _preload(ns):
         _send({"ready": False})
         return 0
     gc.freeze()  # what is loaded stays put: the collector does not touch (and so copy) it in every child
@@ -161,9 +165,13 @@ class ForkServer:
         os.set_blocking(proc.stdout.fileno(), False)
 
     @classmethod
-    def start(cls, python: str, worker_args: list[str], env: dict, log: Path) -> ForkServer | None:
+    def start(cls, python: str, gpu: str, gpu_table: dict | None, local_world_size: int, env: dict,
+              log: Path) -> ForkServer | None:
+        args = ["--gpu", gpu, "--local-world-size", str(local_world_size)]
+        if gpu_table is not None:
+            args += ["--gpu-spec", json.dumps(gpu_table)]
         with open(log, "wb") as fh:
-            proc = subprocess.Popen([python, "-m", "emulator.launch.forkserver", *worker_args],
+            proc = subprocess.Popen([python, "-m", "emulator.launch.forkserver", *args],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fh, env=env)
         server = cls(proc)
         deadline = time.monotonic() + READY_TIMEOUT_S

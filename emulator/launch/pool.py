@@ -141,8 +141,9 @@ class RankRunner:
         cmd = self.job.worker_command(rank, iterations)
         log = rank_log_path(self.job.out, rank)
         if self.server is None:
-            self.server = forkserver.ForkServer.start(cmd[0], cmd[len(WORKER):], self.env,
-                                                      self.job.out / "logs" / "forkserver.log") or False
+            job = self.job
+            self.server = forkserver.ForkServer.start(cmd[0], job.gpu, job.gpu_table(), job.nproc_per_node, self.env,
+                                                      job.out / "logs" / "forkserver.log") or False
         if self.server:
             try:
                 return self.server.spawn(cmd[len(WORKER):], env, log), None
