@@ -4,7 +4,8 @@ Each run uses the tiny preset and one or two steps; world size 8 goes through ra
 deduplication, and its traces must collate (every collective matched across all 8 ranks,
 deduplicated ranks expanded). Multi-process, so marked slow; still part of `make test`.
 
-Every emulated rank is a process that imports torch (~6 s of CPU each), so the default run is
+Every emulated rank is a process of its own (forked from a fork server that imported torch once
+per job, emulator.launch.forkserver), still seconds of CPU each, so the default run is
 a subset that covers every example and every world size within the suite's time budget;
 `MAYA_TEST_ALL_EXAMPLES=1` runs the full example x {1, 2, 8} matrix.
 """
