@@ -9,7 +9,7 @@ per rank asked for. The child is the worker (emulator.launch.worker.main) in a p
 with its own environment, working directory and log; the program is imported in the child only,
 so ranks share no program state.
 
-Protocol (JSON lines): the launcher writes {"argv", "env", "cwd", "log"} per rank to the server's
+Protocol (JSON lines): the launcher writes {"argv", "env", "cwd", "log", "stderr"} per rank to the server's
 stdin; the server answers {"ready": true} once, then {"pid"} per fork and {"exit": pid, "rc"} as
 each child ends (rc as subprocess reports it: negative for a signal). End of stdin ends the server.
 
@@ -107,10 +107,12 @@ def _fork_rank(req: dict) -> int:
     rc = 1
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+        streams = {req["log"]: (1, 2)} if not req.get("stderr") else {req["log"]: (1,), req["stderr"]: (2,)}
+        for path, fds in streams.items():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            for target in fds:
+                os.dup2(fd, target)
+            os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -187,8 +189,11 @@ class ForkServer:
         server.close()
         return None
 
-    def spawn(self, worker_args: list[str], env: dict, log: Path) -> RankProcess:
-        req = {"argv": worker_args, "env": env, "cwd": os.getcwd(), "log": str(log)}
+    def spawn(self, worker_args: list[str], env: dict, log: Path, stderr: Path | None = None,
+              cwd: Path | None = None) -> RankProcess:
+        """Fork a rank: its output to `log` (its error stream too, unless `stderr` names a file of its own)."""
+        req = {"argv": worker_args, "env": env, "cwd": str(cwd or os.getcwd()), "log": str(log),
+               "stderr": str(stderr) if stderr else None}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
         while True:

@@ -1,4 +1,8 @@
-"""Run `python -m emulator.launch.worker` on a test program and read back what it wrote."""
+"""Run `python -m emulator.launch.worker` on a test program and read back what it wrote.
+
+A single rank is forked from a fork server kept for the session, one per GPU target (as `maya
+emulate` forks its ranks); the cpu target and profiles start `python -m emulator.launch.worker`,
+as the launcher does, and so does everything with MAYA_FORKSERVER=0."""
 
 from __future__ import annotations
 
@@ -52,10 +56,52 @@ def read(out: Path, rank: int, proc) -> WorkerRun:
     return WorkerRun(proc.returncode, proc.stdout, proc.stderr, summary, trace)
 
 
+@dataclass
+class _Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+_servers: dict[str, object] = {}  # gpu -> its ForkServer, or False where that target runs plain processes
+
+
+def _forked(cmd: list[str], gpu: str, extra: list[str], timeout: float) -> _Finished | None:
+    """The worker forked from a session-wide fork server for `gpu` (emulator.launch.forkserver), as `maya
+    emulate` runs its ranks; None where the launcher would start a plain process (cpu, profile, or no server)."""
+    import atexit
+    import tempfile
+
+    from emulator.launch.forkserver import ForkServer, wanted
+
+    if gpu == "cpu" or "--profile" in extra or not wanted():
+        return None
+    if gpu not in _servers:
+        logs = Path(tempfile.mkdtemp(prefix="maya-forkserver-"))
+        _servers[gpu] = ForkServer.start(sys.executable, gpu, None, 1, _env(), logs / "server.log") or False
+        if _servers[gpu]:
+            atexit.register(_servers[gpu].close)
+    server = _servers[gpu]
+    if not server:
+        return None
+    with tempfile.TemporaryDirectory(prefix="maya-worker-output-") as streams:
+        stdout, stderr = Path(streams) / "stdout", Path(streams) / "stderr"
+        proc = server.spawn(cmd[3:], _env(), stdout, stderr=stderr, cwd=ROOT)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        return _Finished(rc, stdout.read_text(errors="replace"), stderr.read_text(errors="replace"))
+
+
 def run_worker(program: str, out: Path, *args: str, rank: int = 0, world: int = 1, gpu: str = "h100",
                extra: list[str] | None = None, timeout: float = 240) -> WorkerRun:
-    proc = subprocess.run(_cmd(program, out, rank, world, gpu, list(extra or []), list(args)), cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    cmd = _cmd(program, out, rank, world, gpu, list(extra or []), list(args))
+    proc = _forked(cmd, gpu, list(extra or []), timeout)
+    if proc is None:
+        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     return read(out, rank, proc)
 
 
