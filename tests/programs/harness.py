@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulator.launch.job import WORKER
 from emulator.trace.io import read_rank_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ class WorkerRun:
 
 
 def _cmd(program: str, out: Path, rank: int, world: int, gpu: str, extra: list[str], args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "emulator.launch.worker", "--gpu", gpu, "--rank", str(rank),
+    return [*WORKER, "--gpu", gpu, "--rank", str(rank),
             "--world-size", str(world), "--out", str(out), *extra, "--script", str(PROGRAMS / program), "--", *args]
 
 
@@ -86,7 +87,7 @@ def _forked(cmd: list[str], gpu: str, extra: list[str], timeout: float) -> _Fini
         return None
     with tempfile.TemporaryDirectory(prefix="maya-worker-output-") as streams:
         stdout, stderr = Path(streams) / "stdout", Path(streams) / "stderr"
-        proc = server.spawn(cmd[3:], _env(), stdout, stderr=stderr, cwd=ROOT)
+        proc = server.spawn(cmd[len(WORKER):], _env(), stdout, stderr=stderr, cwd=ROOT)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
