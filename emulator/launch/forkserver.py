@@ -9,9 +9,12 @@ per rank asked for. The child is the worker (emulator.launch.worker.main) in a p
 with its own environment, working directory and log; the program is imported in the child only,
 so ranks share no program state.
 
-Protocol (JSON lines): the launcher writes {"argv", "env", "cwd", "log", "stderr"} per rank to the server's
-stdin; the server answers {"ready": true} once, then {"pid"} per fork and {"exit": pid, "rc"} as
-each child ends (rc as subprocess reports it: negative for a signal). End of stdin ends the server.
+Protocol (JSON lines): the launcher writes {"argv", "env", "cwd", "log", "stderr", "status"} per rank to
+the server's stdin; the server answers {"ready": true} once, then {"pid"} per fork and {"exit": pid, "rc"}
+as each child ends (rc as subprocess reports it: negative for a signal). End of stdin ends the server.
+A child also writes its exit code to the request's `status` file as it ends: if the server dies first
+(killed by hand, by the OOM killer), its ranks run on as orphans the server can no longer report, and
+the launcher reads how each ended from that file instead of calling every one killed.
 
 Only the emulate policy forks: a profile touches a real device (a CUDA context does not survive a
 fork) and the cpu target keeps the plain process. MAYA_FORKSERVER=0 turns it off; a server that
@@ -25,9 +28,11 @@ import gc
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -133,8 +138,22 @@ def _fork_rank(req: dict) -> int:
                 stream.flush()
             except Exception:  # noqa: BLE001, S110
                 pass
+        _write_status(req.get("status"), rc)
         os._exit(rc)
     return 0  # not reached
+
+
+def _write_status(path: str | None, rc: int) -> None:
+    """The exit code where the launcher finds it if this server is gone by then (written whole, then renamed)."""
+    if not path:
+        return
+    try:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(str(rc))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _reap() -> None:
@@ -164,6 +183,8 @@ class ForkServer:
         self.proc = proc
         self.exits: dict[int, int] = {}
         self._buffer = b""
+        self._statuses = Path(tempfile.mkdtemp(prefix="maya-forkserver-"))  # each rank's exit code, in spawn order
+        self._spawned = 0
         os.set_blocking(proc.stdout.fileno(), False)
 
     @classmethod
@@ -192,14 +213,16 @@ class ForkServer:
     def spawn(self, worker_args: list[str], env: dict, log: Path, stderr: Path | None = None,
               cwd: Path | None = None) -> RankProcess:
         """Fork a rank: its output to `log` (its error stream too, unless `stderr` names a file of its own)."""
+        status = self._statuses / f"{self._spawned}.rc"
+        self._spawned += 1
         req = {"argv": worker_args, "env": env, "cwd": str(cwd or os.getcwd()), "log": str(log),
-               "stderr": str(stderr) if stderr else None}
+               "stderr": str(stderr) if stderr else None, "status": str(status)}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
         while True:
             msg = self._next()
             if msg is not None and "pid" in msg:
-                return RankProcess(self, msg["pid"])
+                return RankProcess(self, msg["pid"], status)
             if msg is None:
                 if self.proc.poll() is not None:
                     raise RuntimeError("maya fork server ended before forking a rank")
@@ -219,6 +242,7 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        shutil.rmtree(self._statuses, ignore_errors=True)
 
     def _next(self) -> dict | None:
         """The next message from the server (exits are filed as they come), None if none is waiting."""
@@ -243,8 +267,8 @@ class ForkServer:
 class RankProcess:
     """A forked rank with the part of subprocess.Popen the pool uses: poll, wait, terminate, kill."""
 
-    def __init__(self, server: ForkServer, pid: int):
-        self.server, self.pid = server, pid
+    def __init__(self, server: ForkServer, pid: int, status: Path):
+        self.server, self.pid, self.status = server, pid, status
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -252,9 +276,17 @@ class RankProcess:
             self.server.pump()
             if self.pid in self.server.exits:
                 self.returncode = self.server.exits.pop(self.pid)
-            elif not self.server.alive() and not _exists(self.pid):
-                self.returncode = -signal.SIGKILL  # its server died first: how it ended is lost
+            elif not self.server.alive() and not _running(self.pid):
+                self.returncode = self._orphan_exit_code()
         return self.returncode
+
+    def _orphan_exit_code(self) -> int:
+        """How a rank that outlived its server ended: the code it wrote, or killed where it wrote none
+        (a signal ended it before it could)."""
+        try:
+            return int(self.status.read_text())
+        except (OSError, ValueError):
+            return -signal.SIGKILL
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -278,14 +310,20 @@ class RankProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def _exists(pid: int) -> bool:
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs: an orphan that ended is a zombie until whoever adopted it reaps it (in a
+    container, an init that never reaps), and a zombie still answers signal 0."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: signal 0 is all there is
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 if __name__ == "__main__":

@@ -45,3 +45,44 @@ def test_forked_ranks_record_what_new_processes_record_each_in_a_process_of_its_
 def test_the_cpu_target_runs_plain_processes(tmp_path, monkeypatch):
     _, s, printed = emulate(tmp_path, monkeypatch, forked=True, gpu="cpu")
     assert {p["parent"] for p in printed} == {str(os.getpid())}
+
+
+def _wait_for(path, text: str, timeout: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never said {text!r}")
+
+
+def test_ranks_that_outlive_a_killed_server_report_how_they_ended(tmp_path):
+    """The server killed mid-job (by hand, by the OOM killer): its ranks run on, and the launcher still
+    learns each one's own exit code instead of calling them all killed."""
+    import signal
+
+    from emulator.launch.forkserver import ForkServer
+    from emulator.launch.job import WORKER
+    from tests.programs.harness import _cmd, _env
+
+    server = ForkServer.start(WORKER[0], "h100", None, 1, _env(), tmp_path / "server.log")
+    assert server is not None
+    ranks = {}
+    for name, program, args in (("done", "waits.py", ["--sleep", "3"]), ("raises", "fails.py", []),
+                                ("killed", "waits.py", ["--sleep", "120"])):
+        cmd = _cmd(program, tmp_path / name, 0, 1, "h100", [], args)
+        ranks[name] = server.spawn(cmd[len(WORKER):], _env(), tmp_path / f"{name}.log")
+    _wait_for(tmp_path / "killed.log", "ready pid=")
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait()
+    ranks["killed"].kill()
+    try:
+        assert ranks["done"].wait(timeout=120) == 0
+        assert ranks["raises"].wait(timeout=120) == 1
+        assert ranks["killed"].wait(timeout=30) == -signal.SIGKILL
+    finally:
+        for r in ranks.values():
+            r.kill()
+        server.close()
