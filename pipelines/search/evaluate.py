@@ -27,7 +27,7 @@ from emulator.search import Options, Program, run_search
 from emulator.search.space import parse_space
 from emulator.search.store import Store
 from pipelines.search.groups import Group, cheapest_single, program_path, vtrain_groups
-from pipelines.search.ranking import scores
+from pipelines.search.ranking import error_summary, relative_errors, scores
 from pipelines.validation.baselines import BaselineUnavailable, llm_analysis_s
 
 DEFAULT_MULTI = ("multi-3.6B-64gpu", "multi-18.4B-256gpu")
@@ -110,7 +110,8 @@ def evaluate_group(group: Group, store: Store, console: Console, program: str = 
 
 
 def summarize(results: list[GroupResult]) -> dict:
-    """Per kind (single / multi) and method: median and max regret, mean top-3 containment, median rho."""
+    """Per kind (single / multi) and method: median and max regret, mean top-3 containment, median rho, and
+    the prediction error over every layout of the kind's groups (MAPE, median signed)."""
     out: dict = {}
     for kind in ("single", "multi"):
         rs = [r for r in results if r.kind == kind]
@@ -121,7 +122,9 @@ def summarize(results: list[GroupResult]) -> dict:
             regrets = [r.scores[m]["regret"] for r in rs if r.scores[m]["regret"] is not None]
             top3 = [r.scores[m]["top3"] for r in rs if r.scores[m]["top3"] is not None]
             rhos = [r.scores[m]["rho"] for r in rs if r.scores[m]["rho"] is not None]
+            errors = [e for r in rs for e in relative_errors(r.predicted[m], r.measured)]
             out[kind][m] = dict(groups=len(rs), median_regret=statistics.median(regrets) if regrets else None,
+                                layouts=len(errors), **error_summary(errors),
                                 max_regret=max(regrets) if regrets else None,
                                 within_2pct=sum(1 for x in regrets if x <= 0.02),
                                 top3=sum(top3) / len(top3) if top3 else None,

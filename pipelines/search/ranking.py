@@ -1,4 +1,6 @@
-"""How well a ranking of configurations picks the measured best: top-1 regret, top-3 containment, Spearman rho.
+"""How well a ranking of configurations picks the measured best: top-1 regret, top-3 containment, Spearman rho;
+and how far the predicted times are from the measured ones (MAPE, median signed error), which says whether a
+ranking is right for the right reason.
 
 `predicted` maps a configuration to its predicted time (None: no prediction, e.g. predicted OOM;
 ranked last, never picked). Ties in the predicted order (a baseline that gives every layout the same
@@ -9,8 +11,24 @@ and top-3 containment the chance a random order of the ties puts the measured be
 from __future__ import annotations
 
 import math
+import statistics
 
 import pandas as pd
+
+
+def relative_errors(predicted: dict, measured: dict[tuple, float]) -> list[float]:
+    """predicted / measured - 1 for every configuration with a prediction (positive: predicted too long)."""
+    out = []
+    for k, m in measured.items():
+        p = predicted.get(k)
+        if p is not None and math.isfinite(p) and m > 0:
+            out.append(p / m - 1)
+    return out
+
+
+def error_summary(errors: list[float]) -> dict:
+    return dict(mape=statistics.fmean(abs(e) for e in errors) if errors else None,
+                signed=statistics.median(errors) if errors else None)
 
 
 def scores(predicted: dict, measured: dict[tuple, float]) -> dict:
@@ -19,7 +37,8 @@ def scores(predicted: dict, measured: dict[tuple, float]) -> dict:
     best = measured[best_k]
     pred = {k: predicted.get(k) for k in keys}
     known = {k: v for k, v in pred.items() if v is not None and math.isfinite(v)}
-    out = dict(n=len(keys), predicted=len(known), regret=None, top3=None, rho=None)
+    out = dict(n=len(keys), predicted=len(known), regret=None, top3=None, rho=None,
+               **error_summary(relative_errors(pred, measured)))
     if not known:
         return out
     lo = min(known.values())

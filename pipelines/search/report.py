@@ -1,4 +1,5 @@
-"""The `make search-eval` report: both parts run, printed as tables and written to <warehouse>/search/eval/."""
+"""The `make search-eval` report: both parts run, printed as tables and written to <warehouse>/search/eval/
+(report.json: everything; report.md: the tables and every layout's measured and predicted time)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,73 @@ def ranking_table(results, summary) -> Table:
     return t
 
 
+def _signed(x) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def error_table(results, summary) -> Table:
+    """How far each method's iteration times are from the measured ones: MAPE / median signed error."""
+    t = Table(title="predicted vs measured iteration time (vTrain, A100): MAPE / median signed (+: too long)")
+    t.add_column("group")
+    t.add_column("layouts", justify="right")
+    for m in METHODS:
+        t.add_column(m, justify="right")
+    for r in results:
+        t.add_row(r.name, str(r.layouts), *(f"{_pct(r.scores[m]['mape'])} / {_signed(r.scores[m]['signed'])}"
+                                            for m in METHODS))
+    for kind, per in summary.items():
+        t.add_row(f"[bold]{kind}: all layouts[/bold]", str(per["maya"]["layouts"]),
+                  *(f"{_pct(per[m]['mape'])} / {_signed(per[m]['signed'])}" for m in METHODS))
+    return t
+
+
+def markdown(rep: dict) -> str:
+    """report.md: the ranking and error tables, then each group's layouts, measured against predicted."""
+    lines = [f"# maya search evaluation ({rep.get('program', 'imitation')} program)", "",
+             f"started {rep.get('started')}, finished {rep.get('finished', '(not finished)')}", ""]
+    lines += [f"- {n}" for n in rep.get("notes", [])]
+    ranking = rep.get("ranking")
+    if ranking:
+        head = "| group | layouts | " + " | ".join(METHODS) + " | search wall |"
+        lines += ["", "## Ranking: top-1 regret / top-3 / Spearman rho", "", head, "|" + "---|" * (len(METHODS) + 3)]
+        for g in ranking["groups"]:
+            s = g["scores"]
+            lines.append(f"| {g['name']} | {g['layouts']} | " + " | ".join(
+                f"{_pct(s[m]['regret'])} / {_num(s[m]['top3'], '.0%')} / {_num(s[m]['rho'])}" for m in METHODS)
+                + f" | {g['wall_s'] / 60:.1f} min |")
+        lines += ["", "## Iteration time: MAPE / median signed error (+: predicted too long)", "",
+                  "| group | layouts | " + " | ".join(METHODS) + " |", "|" + "---|" * (len(METHODS) + 2)]
+        for g in ranking["groups"]:
+            s = g["scores"]
+            lines.append(f"| {g['name']} | {g['layouts']} | "
+                         + " | ".join(f"{_pct(s[m].get('mape'))} / {_signed(s[m].get('signed'))}" for m in METHODS)
+                         + " |")
+        for kind, per in ranking["summary"].items():
+            lines.append(f"| {kind}: all layouts | {per['maya'].get('layouts')} | "
+                         + " | ".join(f"{_pct(per[m].get('mape'))} / {_signed(per[m].get('signed'))}"
+                                      for m in METHODS) + " |")
+        for g in ranking["groups"]:
+            lines += ["", f"### {g['name']} ({g['gpus']} GPUs)", "",
+                      "| layout | measured (s) | " + " | ".join(f"{m} (s)" for m in METHODS) + " | maya error |",
+                      "|" + "---|" * (len(METHODS) + 3)]
+            best = min(g["measured"], key=g["measured"].get)
+            for lay, t in sorted(g["measured"].items(), key=lambda kv: kv[1]):
+                pred = {m: g["predicted"][m].get(lay) for m in METHODS}
+                err = None if pred["maya"] is None else pred["maya"] / t - 1
+                mark = " (measured best)" if lay == best else ""
+                lines.append(f"| {lay}{mark} | {t:.3f} | " + " | ".join(_num(pred[m], ".3f") for m in METHODS)
+                             + f" | {_signed(err)} |")
+    eff = rep.get("efficiency")
+    if eff:
+        lines += ["", f"## Evaluations to within 1% of the exhaustive optimum ({eff['size']:,}-point space, "
+                      f"budget {eff['budget']})", "", "| algorithm | runs | reached | median | best | worst |",
+                  "|---|---|---|---|---|---|"]
+        for alg, s in eff["summary"].items():
+            lines.append(f"| {alg} | {s['runs']} | {s['reached']} | "
+                         + " | ".join(_num(s[k], ".0f") for k in ("median", "best", "worst")) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def efficiency_table(eff: dict) -> Table:
     t = Table(title=f"evaluations to within 1% of the exhaustive optimum ({eff['size']:,}-point space, "
                     f"budget {eff['budget']})")
@@ -89,6 +157,7 @@ def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficienc
             _write(out_dir, rep)
         if results:
             console.print(ranking_table(results, summarize(results)))
+            console.print(error_table(results, summarize(results)))
     if efficiency:
         _predictors(parts(), out_dir, rep, console)
         rep["efficiency"] = run_efficiency(store, console, seeds)
@@ -111,3 +180,4 @@ def _predictors(parts: set[str], out_dir: Path, rep: dict, console: Console) -> 
 
 def _write(out_dir: Path, rep: dict) -> None:
     (out_dir / "report.json").write_text(json.dumps(rep, indent=1, default=str))
+    (out_dir / "report.md").write_text(markdown(json.loads(json.dumps(rep, default=str))))

@@ -70,3 +70,32 @@ def test_the_program_reaches_every_trial_and_an_unknown_or_uninstalled_one_stops
 
 def _stop():
     raise KeyboardInterrupt
+
+
+def test_the_report_prints_and_writes_each_layouts_measured_and_predicted_time(tmp_path, monkeypatch):
+    from pipelines.search.evaluate import METHODS, GroupResult
+    from pipelines.search.ranking import scores
+
+    measured = {(1, 1, 2): 3.70, (2, 1, 8): 3.98, (8, 1, 2): 8.88}
+    maya = {(1, 1, 2): 3.73, (2, 1, 8): 3.90, (8, 1, 2): 7.99}
+
+    def evaluate(group, store, console, program):
+        r = GroupResult(name=group.name, kind="multi", gpus=64, layouts=3, measured=measured, wall_s=600.0)
+        for m in METHODS:
+            pred = maya if m == "maya" else {k: 4.0 for k in measured}
+            r.predicted[m], r.scores[m] = pred, scores(pred, measured)
+        return r
+
+    monkeypatch.setattr(report, "select_groups", lambda *a: [_Group("multi-3.6B-64gpu", "a100-80gb")])
+    monkeypatch.setattr(report, "ensure_predictors", lambda gpu, runs_dir: None)
+    monkeypatch.setattr(report, "evaluate_group", evaluate)
+    monkeypatch.setattr(report, "Store", lambda: None)
+    out = io.StringIO()
+    report.run_eval(efficiency=False, console=Console(file=out, width=200), out_dir=tmp_path)
+    printed = out.getvalue()
+    assert "MAPE / median signed" in printed
+    assert "4.3% / -2.0%" in printed  # maya: errors +0.8%, -2.0%, -10.0%
+    md = (tmp_path / "report.md").read_text()
+    assert "| tp1-pp1-mb2 (measured best) | 3.700 | 3.730 |" in md
+    assert "| tp8-pp1-mb2 | 8.880 | 7.990 |" in md and "-10.0% |" in md
+    assert "| multi: all layouts | 3 |" in md
