@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from emulator.core.files import atomic_write_bytes
 from emulator.core.settings import warehouse_root
 from emulator.search.store import Store
 from pipelines.search.efficiency import parts, run_efficiency
@@ -36,42 +37,58 @@ def _num(x, fmt=".2f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def ranking_table(results, summary) -> Table:
-    t = Table(title="maya search vs measured optimum (vTrain, A100): top-1 regret / top-3 / Spearman rho")
-    t.add_column("group")
-    t.add_column("layouts", justify="right")
-    for m in METHODS:
-        t.add_column(m, justify="right")
-    t.add_column("search wall", justify="right")
-    for r in results:
-        t.add_row(r.name, str(r.layouts), *(f"{_pct(r.scores[m]['regret'])} / {_num(r.scores[m]['top3'], '.0%')} / "
-                                            f"{_num(r.scores[m]['rho'])}" for m in METHODS),
-                  f"{r.wall_s / 60:.1f} min")
-    for kind, per in summary.items():
-        t.add_row(f"[bold]{kind}: median[/bold]", str(per["maya"]["groups"]),
-                  *(f"{_pct(per[m]['median_regret'])} / {_num(per[m]['top3'], '.0%')} / {_num(per[m]['median_rho'])}"
-                    for m in METHODS), "")
-    return t
-
-
 def _signed(x) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
-def error_table(results, summary) -> Table:
-    """How far each method's iteration times are from the measured ones: MAPE / median signed error."""
-    t = Table(title="predicted vs measured iteration time (vTrain, A100): MAPE / median signed (+: too long)")
-    t.add_column("group")
-    t.add_column("layouts", justify="right")
-    for m in METHODS:
-        t.add_column(m, justify="right")
-    for r in results:
-        t.add_row(r.name, str(r.layouts), *(f"{_pct(r.scores[m]['mape'])} / {_signed(r.scores[m]['signed'])}"
-                                            for m in METHODS))
-    for kind, per in summary.items():
-        t.add_row(f"[bold]{kind}: all layouts[/bold]", str(per["maya"]["layouts"]),
-                  *(f"{_pct(per[m]['mape'])} / {_signed(per[m]['signed'])}" for m in METHODS))
+RANKING_TITLE = "maya search vs measured optimum (vTrain, A100): top-1 regret / top-3 / Spearman rho"
+ERROR_TITLE = "predicted vs measured iteration time (vTrain, A100): MAPE / median signed (+: too long)"
+
+
+def ranking_rows(ranking: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the ranking table, from the report's `ranking` part (groups, then medians per kind)."""
+    rows = [[g["name"], str(g["layouts"]), *(f"{_pct(g['scores'][m]['regret'])} / {_num(g['scores'][m]['top3'], '.0%')}"
+                                             f" / {_num(g['scores'][m]['rho'])}" for m in METHODS),
+             f"{g['wall_s'] / 60:.1f} min"] for g in ranking["groups"]]
+    rows += [[f"{kind}: median", str(per["maya"]["groups"]),
+              *(f"{_pct(per[m]['median_regret'])} / {_num(per[m]['top3'], '.0%')} / {_num(per[m]['median_rho'])}"
+                for m in METHODS), ""] for kind, per in ranking["summary"].items()]
+    return ["group", "layouts", *METHODS, "search wall"], rows
+
+
+def error_rows(ranking: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the iteration-time error table: per group, then over every layout of a kind."""
+    cell = lambda s: f"{_pct(s['mape'])} / {_signed(s['signed'])}"  # noqa: E731
+    rows = [[g["name"], str(g["layouts"]), *(cell(g["scores"][m]) for m in METHODS)] for g in ranking["groups"]]
+    rows += [[f"{kind}: all layouts", str(per["maya"]["layouts"]), *(cell(per[m]) for m in METHODS)]
+             for kind, per in ranking["summary"].items()]
+    return ["group", "layouts", *METHODS], rows
+
+
+def layout_rows(group: dict) -> tuple[list[str], list[list[str]]]:
+    """One group's layouts, fastest measured first: measured time, each method's prediction, maya's error."""
+    best = min(group["measured"], key=group["measured"].get)
+    rows = []
+    for lay, t in sorted(group["measured"].items(), key=lambda kv: kv[1]):
+        pred = {m: group["predicted"][m].get(lay) for m in METHODS}
+        err = None if pred["maya"] is None else pred["maya"] / t - 1
+        rows.append([lay + (" (measured best)" if lay == best else ""), f"{t:.3f}",
+                     *(_num(pred[m], ".3f") for m in METHODS), _signed(err)])
+    return ["layout", "measured (s)", *(f"{m} (s)" for m in METHODS), "maya error"], rows
+
+
+def rich_table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+    t = Table(title=title)
+    t.add_column(header[0])
+    for h in header[1:]:
+        t.add_column(h, justify="right")
+    for row in rows:
+        t.add_row(*row)
     return t
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def markdown(rep: dict) -> str:
@@ -81,54 +98,24 @@ def markdown(rep: dict) -> str:
     lines += [f"- {n}" for n in rep.get("notes", [])]
     ranking = rep.get("ranking")
     if ranking:
-        head = "| group | layouts | " + " | ".join(METHODS) + " | search wall |"
-        lines += ["", "## Ranking: top-1 regret / top-3 / Spearman rho", "", head, "|" + "---|" * (len(METHODS) + 3)]
+        lines += ["", f"## {RANKING_TITLE}", "", *_md_table(*ranking_rows(ranking))]
+        lines += ["", f"## {ERROR_TITLE}", "", *_md_table(*error_rows(ranking))]
         for g in ranking["groups"]:
-            s = g["scores"]
-            lines.append(f"| {g['name']} | {g['layouts']} | " + " | ".join(
-                f"{_pct(s[m]['regret'])} / {_num(s[m]['top3'], '.0%')} / {_num(s[m]['rho'])}" for m in METHODS)
-                + f" | {g['wall_s'] / 60:.1f} min |")
-        lines += ["", "## Iteration time: MAPE / median signed error (+: predicted too long)", "",
-                  "| group | layouts | " + " | ".join(METHODS) + " |", "|" + "---|" * (len(METHODS) + 2)]
-        for g in ranking["groups"]:
-            s = g["scores"]
-            lines.append(f"| {g['name']} | {g['layouts']} | "
-                         + " | ".join(f"{_pct(s[m].get('mape'))} / {_signed(s[m].get('signed'))}" for m in METHODS)
-                         + " |")
-        for kind, per in ranking["summary"].items():
-            lines.append(f"| {kind}: all layouts | {per['maya'].get('layouts')} | "
-                         + " | ".join(f"{_pct(per[m].get('mape'))} / {_signed(per[m].get('signed'))}"
-                                      for m in METHODS) + " |")
-        for g in ranking["groups"]:
-            lines += ["", f"### {g['name']} ({g['gpus']} GPUs)", "",
-                      "| layout | measured (s) | " + " | ".join(f"{m} (s)" for m in METHODS) + " | maya error |",
-                      "|" + "---|" * (len(METHODS) + 3)]
-            best = min(g["measured"], key=g["measured"].get)
-            for lay, t in sorted(g["measured"].items(), key=lambda kv: kv[1]):
-                pred = {m: g["predicted"][m].get(lay) for m in METHODS}
-                err = None if pred["maya"] is None else pred["maya"] / t - 1
-                mark = " (measured best)" if lay == best else ""
-                lines.append(f"| {lay}{mark} | {t:.3f} | " + " | ".join(_num(pred[m], ".3f") for m in METHODS)
-                             + f" | {_signed(err)} |")
+            lines += ["", f"### {g['name']} ({g['gpus']} GPUs)", "", *_md_table(*layout_rows(g))]
     eff = rep.get("efficiency")
     if eff:
-        lines += ["", f"## Evaluations to within 1% of the exhaustive optimum ({eff['size']:,}-point space, "
-                      f"budget {eff['budget']})", "", "| algorithm | runs | reached | median | best | worst |",
-                  "|---|---|---|---|---|---|"]
-        for alg, s in eff["summary"].items():
-            lines.append(f"| {alg} | {s['runs']} | {s['reached']} | "
-                         + " | ".join(_num(s[k], ".0f") for k in ("median", "best", "worst")) + " |")
+        lines += ["", f"## {_efficiency_title(eff)}", "", *_md_table(*efficiency_rows(eff))]
     return "\n".join(lines) + "\n"
 
 
-def efficiency_table(eff: dict) -> Table:
-    t = Table(title=f"evaluations to within 1% of the exhaustive optimum ({eff['size']:,}-point space, "
-                    f"budget {eff['budget']})")
-    for c in ("algorithm", "runs", "reached", "median", "best", "worst"):
-        t.add_column(c, justify="right")
-    for alg, s in eff["summary"].items():
-        t.add_row(alg, str(s["runs"]), str(s["reached"]), *(_num(s[k], ".0f") for k in ("median", "best", "worst")))
-    return t
+def _efficiency_title(eff: dict) -> str:
+    return f"evaluations to within 1% of the exhaustive optimum ({eff['size']:,}-point space, budget {eff['budget']})"
+
+
+def efficiency_rows(eff: dict) -> tuple[list[str], list[list[str]]]:
+    rows = [[alg, str(s["runs"]), str(s["reached"]), *(_num(s[k], ".0f") for k in ("median", "best", "worst"))]
+            for alg, s in eff["summary"].items()]
+    return ["algorithm", "runs", "reached", "median", "best", "worst"], rows
 
 
 def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficiency: bool = True, seeds: int = 10,
@@ -156,13 +143,13 @@ def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficienc
             rep["ranking"] = dict(groups=[r.to_json() for r in results], summary=summarize(results))
             _write(out_dir, rep)
         if results:
-            console.print(ranking_table(results, summarize(results)))
-            console.print(error_table(results, summarize(results)))
+            console.print(rich_table(RANKING_TITLE, *ranking_rows(rep["ranking"])))
+            console.print(rich_table(ERROR_TITLE, *error_rows(rep["ranking"])))
     if efficiency:
         _predictors(parts(), out_dir, rep, console)
         rep["efficiency"] = run_efficiency(store, console, seeds)
         _write(out_dir, rep)
-        console.print(efficiency_table(rep["efficiency"]))
+        console.print(rich_table(_efficiency_title(rep["efficiency"]), *efficiency_rows(rep["efficiency"])))
     rep["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     _write(out_dir, rep)
     console.print(f"report: {out_dir / 'report.json'}")
@@ -179,5 +166,6 @@ def _predictors(parts: set[str], out_dir: Path, rep: dict, console: Console) -> 
 
 
 def _write(out_dir: Path, rep: dict) -> None:
-    (out_dir / "report.json").write_text(json.dumps(rep, indent=1, default=str))
-    (out_dir / "report.md").write_text(markdown(json.loads(json.dumps(rep, default=str))))
+    text = json.dumps(rep, indent=1, default=str)
+    atomic_write_bytes(out_dir / "report.json", text.encode())
+    atomic_write_bytes(out_dir / "report.md", markdown(json.loads(text)).encode())
