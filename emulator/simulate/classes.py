@@ -9,34 +9,107 @@ class have identical op times: a collective ends at max(ready of members) + dura
 max only depends on which classes take part. So the simulator runs the representatives only
 (a collective expects one arrival per class present) and every rank takes its class's times.
 
+Classes start as (trace, durations) and are refined until those conditions hold (colour
+refinement: a rank's class also says which classes its groups and peers hold). One odd rank is
+the common case: rank 0 logs the loss, so its trace differs, and the ranks that share a group
+with it no longer see the same classes as their peers; refinement gives each such position a
+class of its own (a TP x DP job with a distinct rank 0 has four: rank 0, its tensor-parallel
+mates, its data-parallel mates, everyone else) instead of simulating every rank.
+
 `quotient` checks those conditions and returns None when any fails (the caller then simulates
 every rank); it also requires that each representative's groups hold the representatives of the
-classes present and that its p2p peers are representatives, so the sub-job is self-contained.
+classes present and that its p2p peers are representatives, so the sub-job is self-contained:
+representatives are chosen by walking out from rank 0 through groups and peers.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 
 from emulator.collate.job import CollatedJob
 
 
-def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], list[int]] | None:
-    """(class representative ranks, class index of every rank), or None if classes are not provably exact."""
-    world = job.world_size
-    cls: list[int] = [0] * world
-    reps: list[int] = []
+def _initial_classes(job: CollatedJob, durations: list[np.ndarray]) -> list[int]:
+    """A class per (representative trace, durations): ranks whose programs and op times are the same."""
+    cls: list[int] = [0] * job.world_size
+    firsts: list[int] = []
     by_trace: dict[int, list[int]] = {}
     for v, d in zip(job.ranks, durations, strict=True):
         cands = by_trace.setdefault(v.rep.rank, [])
         for c in cands:
-            if durations[reps[c]] is d or np.array_equal(durations[reps[c]], d):
+            if durations[firsts[c]] is d or np.array_equal(durations[firsts[c]], d):
                 cls[v.rank] = c
                 break
         else:
-            cls[v.rank] = len(reps)
-            cands.append(len(reps))
-            reps.append(v.rank)
+            cls[v.rank] = len(firsts)
+            cands.append(len(firsts))
+            firsts.append(v.rank)
+    return cls
+
+
+def _refine_once(job: CollatedJob, cls: list[int], used: dict, everyone: tuple) -> list[int]:
+    """Each rank's class split by the classes present in each of its group slots and at each peer slot."""
+    by_id: dict[int, frozenset] = {}  # ranks share their group tuples: one set of classes per tuple
+    colour: dict[tuple, int] = {}
+    new = [0] * job.world_size
+    for v in job.ranks:
+        group_slots, peer_slots = used[v.rep.rank]
+        present = []
+        for s in group_slots:
+            members = v.members(s, everyone)  # held by a rank view for the whole pass, so its id is stable
+            p = by_id.get(id(members))
+            if p is None:
+                p = by_id[id(members)] = frozenset(cls[m] for m in members)
+            present.append(p)
+        key = (cls[v.rank], tuple(present), tuple(None if v.peers[s] is None else cls[v.peers[s]] for s in peer_slots))
+        new[v.rank] = colour.setdefault(key, len(colour))
+    return new
+
+
+def _refine(job: CollatedJob, cls: list[int], used: dict, everyone: tuple) -> list[int]:
+    """Split classes until every rank of a class sees the same classes in each group slot and peer slot."""
+    n = len(set(cls))
+    while n < job.world_size:
+        cls = _refine_once(job, cls, used, everyone)
+        if len(set(cls)) == n:
+            break
+        n = len(set(cls))
+    return cls
+
+
+def _representatives(job: CollatedJob, cls: list[int], used: dict, everyone: tuple) -> list[int]:
+    """One rank per class, found by walking out from rank 0 through its groups and peers, so each
+    representative's groups tend to hold the other classes' representatives (checked afterwards)."""
+    reps: list[int | None] = [None] * (max(cls) + 1)
+    for start in range(job.world_size):  # a job in several unconnected parts: walk each
+        if reps[cls[start]] is not None:
+            continue
+        reps[cls[start]] = start
+        todo = deque([start])
+        while todo:
+            v = job.ranks[todo.popleft()]
+            group_slots, peer_slots = used[v.rep.rank]
+            neighbours = [v.peers[s] for s in sorted(peer_slots) if v.peers[s] is not None]
+            for s in sorted(group_slots):
+                neighbours.extend(v.members(s, everyone))
+            for m in neighbours:
+                if reps[cls[m]] is None:
+                    reps[cls[m]] = m
+                    todo.append(m)
+    return reps  # type: ignore[return-value]
+
+
+def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], list[int]] | None:
+    """(class representative ranks, class index of every rank), or None if classes are not provably exact."""
+    world = job.world_size
+    everyone = tuple(range(world))
+    # per trace: the group slots its collectives and waits name, the peer slots its p2p rows name
+    # (emulator.collate.views): the conditions hold row by row exactly when they hold slot by slot
+    used = {r: rep.slots.used(rep.kind) for r, rep in job.reps.items()}
+    cls = _refine(job, _initial_classes(job, durations), used, everyone)
+    reps = _representatives(job, cls, used, everyone)
     if len(reps) == world:
         return None
     rep_set = set(reps)
@@ -53,10 +126,6 @@ def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], 
             sig_by_id[id(members)] = s
         return s
 
-    everyone = tuple(range(world))
-    # per trace: the group slots its collectives and waits name, the peer slots its p2p rows name
-    # (emulator.collate.views): the conditions hold row by row exactly when they hold slot by slot
-    used = {r: rep.slots.used(rep.kind) for r, rep in job.reps.items()}
     for v in job.ranks:
         rv = job.ranks[reps[cls[v.rank]]]
         is_rep = v.rank in rep_set

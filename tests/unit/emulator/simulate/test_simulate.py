@@ -187,6 +187,29 @@ def test_simulating_classes_of_identical_ranks_gives_every_rank_exact_times():
     assert timing(simulate(job, slow)).iteration_time_s > timing(simulate(job, durations)).iteration_time_s
 
 
+def test_one_odd_rank_splits_only_the_ranks_that_share_a_group_with_it():
+    """Rank 0 logging the loss runs another program than its peers: the ranks that meet it in a collective
+    become classes of their own (its TP mates, its DP mates), the rest stay one class, and every rank's
+    times are still those of simulating each rank."""
+    from emulator.simulate.classes import quotient
+
+    job = parallel3d_job(tp=4, pp=1, dp=4, gpus_per_node=4, layers_per_stage=1, microbatches=2, hidden=512,
+                         tokens=512, iterations=2)
+    k, c = load_predictors(H100, "roofline")
+    durations = estimate(job, H100, k, c).durations
+    durations[0] = durations[0] * 1.2
+    reps, cls = quotient(job, durations)
+    tp_mates, dp_mates = {1, 2, 3}, {4, 8, 12}
+    assert len(reps) == 4
+    assert {cls[r] for r in tp_mates} != {cls[r] for r in dp_mates}
+    assert len({cls[r] for r in tp_mates}) == len({cls[r] for r in dp_mates}) == 1
+    rest = set(range(16)) - {0} - tp_mates - dp_mates
+    assert len({cls[r] for r in rest}) == 1
+    full, fast = simulate(job, durations, classes=False), simulate(job, durations, classes=True)
+    for r in range(job.world_size):
+        assert np.array_equal(full.start[r], fast.start[r]) and np.array_equal(full.end[r], fast.end[r]), r
+
+
 def test_on_a_cpu_target_host_work_and_kernels_add_up_instead_of_overlapping():
     b = TraceBuilder(0, host_gap_s=1e-3)  # 1 ms of Python before each op
     for _ in range(4):
