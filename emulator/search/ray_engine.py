@@ -103,8 +103,10 @@ def run_ray(search: Search) -> SearchResult:
         trainable = tune.with_resources(
             tune.with_parameters(_trainable, root=str(search.store.root.resolve()), per_trial=per_trial),
             {"cpu": per_trial})
+        # reuse_actors: a worker keeps the predictors it loaded (`trial._predictors`, seconds per part) for its
+        # next trial; each trial pins itself to the cores of the slot it takes, whatever it had before
         tuner = tune.Tuner(trainable, tune_config=tune.TuneConfig(
-            search_alg=adapter, num_samples=-1, max_concurrent_trials=workers, reuse_actors=False),
+            search_alg=adapter, num_samples=-1, max_concurrent_trials=workers, reuse_actors=True),
             run_config=tune.RunConfig(name=search.id, storage_path=str((search.store.root / "ray").resolve()),
                                       verbose=0, log_to_file=True))
         try:

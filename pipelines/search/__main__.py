@@ -29,12 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--program", choices=sorted(PROGRAMS), default=DEFAULT_PROGRAM,
                    help="the Megatron-style program the ranking trials run: the plain-PyTorch imitation or "
                         "megatron-core itself (installed by `make test-frameworks`)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="trials at once, each on its own cores (default: one per usable core; 1: one by one, no Ray)")
     a = p.parse_args(argv)
     console = Console(width=max(Console().width, 140))
     try:
         run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,
                  ranking=not a.no_ranking, efficiency=not a.no_efficiency, seeds=a.seeds, console=console,
-                 program=a.program)
+                 program=a.program, workers=a.workers)
     except KeyboardInterrupt as e:
         console.print(f"interrupted: {e or 'stopped'}; a rerun resumes from the cached trials")
         return 130

@@ -70,10 +70,12 @@ def select_groups(multi: tuple[str, ...] = DEFAULT_MULTI, single: int = DEFAULT_
     return [g for g in groups if only in g.name] if only else groups
 
 
-def _search(group: Group, store: Store, roofline_only: bool, console: Console, program: str):
+def _search(group: Group, store: Store, roofline_only: bool, console: Console, program: str, workers: int):
+    """The group's layouts, exhaustively. `workers` > 1 runs that many trials at once (Ray Tune, a slot of
+    cores each): most layouts emulate one distinct rank, so trials one by one leave the other cores idle."""
     space = parse_space(group.space_toml(), path=f"vtrain:{group.name}")
-    opts = Options(objective="time", algorithm="grid", budget=len(space.feasible()), engine="inline",
-                   roofline_only=roofline_only)
+    opts = Options(objective="time", algorithm="grid", budget=len(space.feasible()),
+                   engine="ray" if workers > 1 else "inline", workers=workers, roofline_only=roofline_only)
     res = run_search(space, Program.of(program_path(program), None, []), opts, store=store, console=console).completed()
     return res, {e.key: (e.row or {}).get("iteration_time_s") if e.status == "ok" else None for e in res.entries}
 
@@ -93,11 +95,12 @@ def _analytical(group: Group) -> tuple[dict, dict, str]:
     return llm, six, note
 
 
-def evaluate_group(group: Group, store: Store, console: Console, program: str = "imitation") -> GroupResult:
+def evaluate_group(group: Group, store: Store, console: Console, program: str = "imitation",
+                   workers: int = 1) -> GroupResult:
     t0 = time.perf_counter()
-    res, maya = _search(group, store, False, console, program)
+    res, maya = _search(group, store, False, console, program, workers)
     wall = time.perf_counter() - t0
-    _, roof = _search(group, store, True, console, program)
+    _, roof = _search(group, store, True, console, program, workers)
     llm, six, note = _analytical(group)
     measured = group.measured()
     out = GroupResult(name=group.name, kind=group.kind, gpus=group.first.world_size, layouts=len(measured),

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from emulator.core.files import atomic_write_bytes
 from emulator.core.settings import warehouse_root
+from emulator.search.cores import usable_cores
 from emulator.search.store import Store
 from pipelines.search.efficiency import parts, run_efficiency
 from pipelines.search.evaluate import (
@@ -119,16 +120,19 @@ def efficiency_rows(eff: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficiency: bool = True, seeds: int = 10,
-             console: Console | None = None, out_dir: Path | None = None, program: str = DEFAULT_PROGRAM) -> dict:
+             console: Console | None = None, out_dir: Path | None = None, program: str = DEFAULT_PROGRAM,
+             workers: int | None = None) -> dict:
     """`program` names the validation program every ranking trial runs (`pipelines.validation.holdout.PROGRAMS`);
-    its report goes to `search/eval` for the imitation, `search/eval-<program>` otherwise."""
+    its report goes to `search/eval` for the imitation, `search/eval-<program>` otherwise. `workers`: trials at
+    once (default one per usable core)."""
     console = console or Console()
     require_program(program)  # an unknown or uninstalled program stops here, before any trial
     out_dir = Path(out_dir or warehouse_root() / "search" / ("eval" if program == "imitation" else f"eval-{program}"))
     out_dir.mkdir(parents=True, exist_ok=True)
     store = Store()
+    workers = workers or len(usable_cores())
     rep: dict = dict(started=dt.datetime.now().isoformat(timespec="seconds"), machine=platform.node(), notes=[],
-                     program=program)
+                     program=program, workers=workers)
     if ranking:
         try:
             groups = select_groups(multi or DEFAULT_MULTI, DEFAULT_SINGLE if single is None else single, only)
@@ -139,7 +143,7 @@ def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficienc
         results = []
         for g in groups:
             console.print(f"[bold]{g.name}[/bold]: {len(g.measured())} layouts, emulation work {g.work:,.0f}")
-            results.append(evaluate_group(g, store, console, program))
+            results.append(evaluate_group(g, store, console, program, workers))
             rep["ranking"] = dict(groups=[r.to_json() for r in results], summary=summarize(results))
             _write(out_dir, rep)
         if results:
