@@ -104,7 +104,7 @@ def run_ray(search: Search) -> SearchResult:
             tune.with_parameters(_trainable, root=str(search.store.root.resolve()), per_trial=per_trial),
             {"cpu": per_trial})
         # reuse_actors: a worker keeps the predictors it loaded (`trial._predictors`, seconds per part) for its
-        # next trial; each trial pins itself to the cores of the slot it takes, whatever it had before
+        # next trial; a trial pins itself to its slot's cores only while it runs (`trial.run_trial`)
         tuner = tune.Tuner(trainable, tune_config=tune.TuneConfig(
             search_alg=adapter, num_samples=-1, max_concurrent_trials=workers, reuse_actors=True),
             run_config=tune.RunConfig(name=search.id, storage_path=str((search.store.root / "ray").resolve()),

@@ -159,11 +159,33 @@ def _emulation_reusable(out: Path) -> bool:
     return not s.interrupted and (s.ok or s.oom)
 
 
+@contextlib.contextmanager
+def _pinned(cores: list[int] | None):
+    """This process on `cores` for the block, and back on the CPUs it had after it: a Ray worker that
+    runs the next trial must see the node's cores again (`cores.usable_cores`), not the last slot's."""
+    before = None
+    if cores:
+        with contextlib.suppress(AttributeError, OSError):
+            before = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        if before is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, before)
+
+
 def run_trial(spec: TrialSpec, predictors: dict, root: Path, cores: list[int] | None = None) -> dict:
     """Run one trial (reusing a stored emulation of the same key) and return its result row.
 
-    `root` is `<warehouse>/search`; `cores` the CPUs this trial may use (it pins itself to them and
-    emulates that many ranks at once)."""
+    `root` is `<warehouse>/search`; `cores` the CPUs this trial may use (it pins itself to them for the
+    trial and emulates that many ranks at once)."""
+    with _pinned(cores):
+        return _run_trial(spec, predictors, root, cores)
+
+
+def _run_trial(spec: TrialSpec, predictors: dict, root: Path, cores: list[int] | None) -> dict:
     from emulator.launch.emulate import run_emulation
 
     t0 = time.perf_counter()
@@ -174,9 +196,6 @@ def run_trial(spec: TrialSpec, predictors: dict, root: Path, cores: list[int] | 
     row["command"] = spec.command(cluster_file(root, spec.plan.cluster))
     log = root / "logs" / f"{key}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    if cores:
-        with contextlib.suppress(AttributeError, OSError):
-            os.sched_setaffinity(0, cores)
     p = spec.plan
     try:
         with open(log, "a") as f:

@@ -46,3 +46,22 @@ def test_a_program_that_cannot_run_is_a_crash_row_with_its_traceback_kept(tmp_pa
     row = run_trial(spec, ROOFLINE, tmp_path / "search")
     assert row["status"] == "crash" and "no such script" in row["reason"]
     assert Path(row["traceback_path"]).read_text().startswith("no such script")
+
+
+def test_a_trial_holds_its_cores_only_while_it_runs(tmp_path, monkeypatch):
+    """A reused worker (Ray) runs the next trial with the node's cores in view, not the last trial's slot:
+    otherwise every later trial sees one core, one slot, and concurrent trials queue behind each other."""
+    import os
+
+    import emulator.search.trial as trial
+
+    before = os.sched_getaffinity(0)
+    spec = _spec(tmp_path, cluster={"price_per_gpu_hour": 1.0})
+    root = tmp_path / "search"
+    write_job(root / "emulations" / spec.emulation_key(), {r: ddp_rank(r, 2).table() for r in range(2)})
+    seen, simulate = [], trial._simulate
+    monkeypatch.setattr(trial, "_simulate", lambda *a: seen.append(os.sched_getaffinity(0)) or simulate(*a))
+    row = run_trial(spec, ROOFLINE, root, cores=[min(before)])
+    assert row["status"] == "ok"
+    assert seen == [{min(before)}]
+    assert os.sched_getaffinity(0) == before
