@@ -72,7 +72,8 @@ def select_groups(multi: tuple[str, ...] = DEFAULT_MULTI, single: int = DEFAULT_
 
 def _search(group: Group, store: Store, roofline_only: bool, console: Console, program: str, workers: int):
     """The group's layouts, exhaustively. `workers` > 1 runs that many trials at once (Ray Tune, a slot of
-    cores each): most layouts emulate one distinct rank, so trials one by one leave the other cores idle."""
+    cores each): a trial's simulation, and its emulation once fewer ranks than cores are left to run, use
+    one core, so trials one by one leave the others idle part of the time."""
     space = parse_space(group.space_toml(), path=f"vtrain:{group.name}")
     opts = Options(objective="time", algorithm="grid", budget=len(space.feasible()),
                    engine="ray" if workers > 1 else "inline", workers=workers, roofline_only=roofline_only)
