@@ -49,33 +49,48 @@ def _initial_classes(job: CollatedJob, durations: list[np.ndarray]) -> list[int]
     return cls
 
 
-def _refine_once(job: CollatedJob, cls: list[int], used: dict, everyone: tuple) -> list[int]:
-    """Each rank's class split by the classes present in each of its group slots and at each peer slot."""
-    by_id: dict[int, frozenset] = {}  # ranks share their group tuples: one set of classes per tuple
+class _ClassSets:
+    """The set of classes among a group's members, computed once per members object: ranks share their
+    group tuples, and each is held by a rank view while this lives, so its id is a stable key."""
+
+    def __init__(self, cls: list[int]):
+        self.cls = cls
+        self._by_id: dict[int, frozenset] = {}
+        self._by_key: dict[tuple, frozenset] = {}
+
+    def __call__(self, members) -> frozenset:
+        s = self._by_id.get(id(members))
+        if s is None:
+            key = tuple(members)
+            s = self._by_key.get(key)
+            if s is None:
+                s = self._by_key[key] = frozenset(self.cls[m] for m in members)
+            self._by_id[id(members)] = s
+        return s
+
+
+def _refine_once(job: CollatedJob, cls: list[int], used: dict, everyone: tuple) -> tuple[list[int], int]:
+    """Each rank's class split by the classes present in each of its group slots and at each peer slot;
+    also the number of classes after the split."""
+    present = _ClassSets(cls)
     colour: dict[tuple, int] = {}
     new = [0] * job.world_size
     for v in job.ranks:
         group_slots, peer_slots = used[v.rep.rank]
-        present = []
-        for s in group_slots:
-            members = v.members(s, everyone)  # held by a rank view for the whole pass, so its id is stable
-            p = by_id.get(id(members))
-            if p is None:
-                p = by_id[id(members)] = frozenset(cls[m] for m in members)
-            present.append(p)
-        key = (cls[v.rank], tuple(present), tuple(None if v.peers[s] is None else cls[v.peers[s]] for s in peer_slots))
+        key = (cls[v.rank], tuple(present(v.members(s, everyone)) for s in group_slots),
+               tuple(None if v.peers[s] is None else cls[v.peers[s]] for s in peer_slots))
         new[v.rank] = colour.setdefault(key, len(colour))
-    return new
+    return new, len(colour)
 
 
 def _refine(job: CollatedJob, cls: list[int], used: dict, everyone: tuple) -> list[int]:
     """Split classes until every rank of a class sees the same classes in each group slot and peer slot."""
     n = len(set(cls))
     while n < job.world_size:
-        cls = _refine_once(job, cls, used, everyone)
-        if len(set(cls)) == n:
+        cls, split = _refine_once(job, cls, used, everyone)
+        if split == n:
             break
-        n = len(set(cls))
+        n = split
     return cls
 
 
@@ -113,18 +128,7 @@ def quotient(job: CollatedJob, durations: list[np.ndarray]) -> tuple[list[int], 
     if len(reps) == world:
         return None
     rep_set = set(reps)
-    sig_cache: dict = {}
-    sig_by_id: dict[int, frozenset] = {}  # expanded ranks share their group tuples: skip hashing them per row
-
-    def signature(members) -> frozenset:
-        s = sig_by_id.get(id(members))  # every `members` is held by a rank view for the whole check
-        if s is None:
-            key = tuple(members)
-            s = sig_cache.get(key)
-            if s is None:
-                s = sig_cache[key] = frozenset(cls[m] for m in members)
-            sig_by_id[id(members)] = s
-        return s
+    signature = _ClassSets(cls)
 
     for v in job.ranks:
         rv = job.ranks[reps[cls[v.rank]]]
