@@ -64,6 +64,7 @@ from emulator.core.ops import (
     is_view_op,
 )
 from emulator.device.fake_mode import is_wrapper_subclass
+from emulator.distributed import fake_pg
 from emulator.distributed.collectives import CollectiveCounter
 from emulator.distributed.objects import relative_name
 from emulator.memory.allocator import PRIVATE_POOL_STREAMS  # a CUDA graph's pool is a stream from here on
@@ -180,6 +181,7 @@ class Recorder(TorchDispatchMode):
         self._noted = 0  # placeholders + unsupported ops seen; a call that adds one is not cached
         # id(OpOverload) -> _learn_op's answer (an OpOverload hashes in Python; operators live as long as torch)
         self._op_info: dict = {}
+        self._work_kernels: dict = {}  # id(OpOverload) -> its work-only Meta kernel, or None (`_run`)
         self._lock = threading.RLock()
         # real values of small device tensors whose data came from the host (read by .item() and friends)
         self.shadows = Shadows(self.note_placeholder) if policy == "emulate" else None
@@ -473,12 +475,31 @@ class Recorder(TorchDispatchMode):
                 self._see_outputs(out, new)
             return out
         if self.policy == "emulate":
-            out = self._fake_call(func, args, kwargs, op)
+            out = self._work_only_call(func, args, kwargs)
+            if out is None:
+                out = self._fake_call(func, args, kwargs, op)
         else:
             out = func(*args, **kwargs)
         if not record and self.memory is not None:
             self._see_outputs(out)
         return out
+
+    def _work_only_call(self, func, args, kwargs):
+        """A c10d collective whose Meta kernel only makes a FakeWork, called directly; None for any other call.
+
+        Why: through FakeTensorMode such a call costs ~0.7 ms here (its cache refuses process-group
+        arguments, then the generic output handling), and a tensor-parallel rank issues thousands per
+        step. The kernel (`emulator.distributed.fake_pg.work_only_kernel`) writes nothing and returns its
+        first argument and the work, or the work: what FakeTensorMode returns for it, the inputs' own
+        tensors included, so nothing about them changes and their cached signatures stay valid."""
+        if not self._fast or kwargs:
+            return None
+        kernel = self._work_kernels.get(id(func), _MISS)
+        if kernel is _MISS:
+            kernel = self._work_kernels[id(func)] = fake_pg.work_only_kernel(func)
+        if kernel is None or not args or not all(type(t) is FakeTensor for t in _flatten(args[:1])):
+            return None
+        return kernel(*args)
 
     def _fake_call(self, func, args, kwargs, op):
         """Run the op's fake kernel; an op without one gets a best-guess output and is listed as unsupported."""

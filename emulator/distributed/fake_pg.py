@@ -14,6 +14,9 @@ its group although torch gives a fake group a CPU token tensor). `monitored_barr
 runs only on gloo groups through gloo's own send/recv protocol, becomes that same barrier after
 torch's own checks. (torch 2.13's `destroy_process_group` issues no barrier, so none is recorded.)
 
+DDP's parameter and buffer broadcasts (`dist._broadcast_coalesced`) run as the same kernels and
+collective from Python on fake tensors (`emulator.distributed.coalesced`: why).
+
 DDP needs three patches on top (each is a place where DDP reads real data or CUDA timers):
   1. `_verify_param_shape_across_processes` reads parameter data -> skipped;
   2. the C++ reducer's built-in allreduce hook expects a value in the Work's future, which the
@@ -33,6 +36,8 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+
+from emulator.distributed import coalesced
 
 
 class _GroupLog:
@@ -140,6 +145,7 @@ def install(rank: int, world_size: int, recorder=None, real: bool = False) -> No
         _patch_monitored_barrier()
         _patch_ddp()
         _register_coalesced_meta()
+        coalesced.install(recorder)
     global _recorder
     _recorder = recorder
     if recorder is not None:
@@ -188,6 +194,20 @@ def _patch_monitored_barrier() -> None:
     monitored_barrier._maya = True
     c10d.monitored_barrier = monitored_barrier
     dist.monitored_barrier = monitored_barrier
+
+def work_only_kernel(func):
+    """The Meta kernel of a c10d collective that only makes a FakeWork (torch's own registrations in
+    `torch.distributed._meta_registrations`, which return the first argument and a completed
+    FakeWork, or the work alone), or None: the recorder may call it without FakeTensorMode. Only
+    torch's table counts; `monitored_barrier_`, whose kernel returns nothing, is left to the mode."""
+    from torch.distributed import _meta_registrations as meta
+
+    namespace, _, name = func.name().partition("::")
+    kernels = getattr(meta, "_META_FUNCTIONS", {})
+    if namespace != "c10d" or name not in kernels or name == "monitored_barrier_":
+        return None
+    return kernels[name]
+
 
 _COALESCED = ("allreduce_coalesced_", "allgather_coalesced_", "allgather_into_tensor_coalesced_",
               "reduce_scatter_tensor_coalesced_")

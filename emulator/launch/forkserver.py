@@ -98,6 +98,7 @@ def _preload(ns) -> bool:
         print(f"maya fork server: not forking ({e})", file=sys.stderr)
         return False
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401 - FakeTensorMode's constructor imports Dynamo: seconds a rank
     import torch._subclasses.fake_tensor  # noqa: F401
     import torch.fx.experimental.symbolic_shapes  # noqa: F401 - what building the fake mode imports
 

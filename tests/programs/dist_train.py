@@ -29,6 +29,13 @@ if args.mode == "ddp":
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = DDP(mlp().to(device), device_ids=[local_rank] if use_cuda else None)
+elif args.mode == "ddp_bn":  # buffers: DDP broadcasts them before every forward
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(nn.Sequential(mlp(), nn.BatchNorm1d(64), mlp(), nn.BatchNorm1d(64)).to(device),
+                device_ids=[local_rank] if use_cuda else None)
+    # buckets of at most 4 KiB: more than two in flight, one-tensor and many-tensor buckets
+    dist._broadcast_coalesced(dist.group.WORLD, [p.detach() for p in model.parameters()], 4096, 0)
 elif args.mode == "fsdp":
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -70,7 +77,7 @@ elif args.mode == "coll":
     raise SystemExit(0)
 
 if args.mode != "pp":
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=args.mode == "ddp" or args.mode == "fsdp")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=args.mode in ("ddp", "ddp_bn", "fsdp"))
     for _ in range(args.steps):
         x = torch.randn(8, 64, device=device)
         model(x).sum().backward()

@@ -1,12 +1,13 @@
-"""The signature cache (emulator.capture.fastpath) in a worker: the same trace either way; the host clock."""
+"""The emulator's shortcuts (the signature cache, emulator.capture.fastpath; the collective ones) in a worker:
+the same trace either way; the host clock."""
 
 
 from tests.programs.harness import run_worker
 
 
-def _run(tmp_path, name, monkeypatch, fast, program="tiny_train.py", *args):
+def _run(tmp_path, name, monkeypatch, fast, program="tiny_train.py", *args, **worker):
     monkeypatch.setenv("MAYA_EMULATOR_FASTPATH", "1" if fast else "0")
-    return run_worker(program, tmp_path / name, *args)
+    return run_worker(program, tmp_path / name, *args, **worker)
 
 
 def test_fast_path_records_the_same_trace(tmp_path, monkeypatch):
@@ -49,3 +50,21 @@ def test_in_place_metadata_changes_after_caching_are_recorded_as_they_are(tmp_pa
     assert "after_set_ (5, 2) True" in printed
     ops = fast.trace
     assert ops[ops.op == "aten::mm"].shapes.map(lambda s: [list(x) for x in s]).tolist()[-1] == [[4, 8], [8, 2]]
+
+
+
+def test_collective_shortcuts_record_what_torch_records(tmp_path, monkeypatch):
+    """DDP's parameter and buffer broadcasts (torch's C++ `_broadcast_coalesced`, and the Python stand-in
+    that copies each tensor back from the start of its bucket) and collectives called straight to their
+    FakeWork kernel leave the trace, memory peaks and work hash torch's own path leaves."""
+    args = ("--mode", "ddp_bn", "--steps", "3")
+    exact = _run(tmp_path, "exact", monkeypatch, False, "dist_train.py", *args, rank=1, world=2)
+    fast = _run(tmp_path, "fast", monkeypatch, True, "dist_train.py", *args, rank=1, world=2)
+    assert exact.rc == 0 and fast.rc == 0, (exact.summary["error"], fast.summary["error"])
+    ops = exact.trace.op
+    assert (ops == "c10d::broadcast_").sum() >= 3 + 3  # the 4 KiB buckets, then the buffers before each forward
+    assert (ops == "aten::cat").sum() >= 1 and (ops == "aten::copy_").sum() >= 8
+    cols = [c for c in exact.trace.columns if c != "host_gap_s"]
+    assert exact.trace[cols].astype(str).equals(fast.trace[cols].astype(str))
+    for k in ("peak_allocated", "peak_reserved", "work_hash", "iterations", "placeholders", "unsupported_ops"):
+        assert exact.summary[k] == fast.summary[k]
