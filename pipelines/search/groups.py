@@ -46,6 +46,16 @@ class Group:
             out.setdefault(self.layout(c), c.measured_s)
         return out
 
+    def costliest_first(self) -> list[tuple]:
+        """The measured layouts, the costliest to emulate first (`case_work`, then the TP degree: more
+        collectives a layer), so trials run at once finish together: started last, the one trial that
+        costs as much as a quarter of the others would run alone at the end while the other cores idle
+        (longest-processing-time-first scheduling). The order changes no trial's result."""
+        work: dict[tuple, float] = {}
+        for c in self.cases:
+            work.setdefault(self.layout(c), case_work(c))
+        return sorted(work, key=lambda lay: (-work[lay], -lay[0], lay))
+
     def space_toml(self) -> str:
         """A search-space file whose points are exactly the group's measured layouts."""
         c = self.first
@@ -60,7 +70,7 @@ class Group:
                 args.append(a)
                 i += 1
         args += ["--steps", str(ITERATIONS + 1)]
-        layouts = sorted(self.measured())
+        layouts = self.costliest_first()
         lines = ["[knobs]"]
         for j, k in enumerate(KNOB_FLAGS):
             lines.append(f"{k} = {{ values = {sorted({lay[j] for lay in layouts})} }}")

@@ -1,0 +1,22 @@
+"""A vTrain group as a search space: its points listed costliest first, so trials run at once end together."""
+
+from emulator.search.space import parse_space
+from pipelines.search.groups import Group
+from pipelines.validation.holdout import Case
+
+
+def _case(tp: int, pp: int, micro_batch: int, gpus: int = 8, global_batch: int = 64) -> Case:
+    dp = gpus // (tp * pp)
+    args = ["--layers", "4", "--tp", str(tp), "--pp", str(pp), "--micro-batch", str(micro_batch)]
+    return Case(name=f"t{tp}p{pp}m{micro_batch}", source="vtrain-single", gpu="a100-80gb", world_size=gpus,
+                nproc_per_node=gpus, nnodes=1, measured_s=1.0, args=args,
+                model={"layers": 4, "hidden": 64, "heads": 4, "vocab": 128, "seq": 32},
+                parallel={"tp": tp, "pp": pp, "dp": dp, "micro_batch": micro_batch, "global_batch": global_batch})
+
+
+def test_points_come_costliest_first_and_the_space_keeps_every_layout():
+    group = Group("g", "single", [_case(1, 1, 8), _case(2, 1, 1), _case(1, 1, 1), _case(8, 1, 2), _case(4, 1, 1)])
+    # micro-batches a rank runs: TP1 mb8 1, TP2 mb1 16, TP1 mb1 8, TP8 mb2 32, TP4 mb1 32
+    assert group.costliest_first() == [(8, 1, 2), (4, 1, 1), (2, 1, 1), (1, 1, 1), (1, 1, 8)]
+    space = parse_space(group.space_toml(), path="test")
+    assert list(space.candidates()) == group.costliest_first()
