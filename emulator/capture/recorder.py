@@ -173,7 +173,8 @@ class Recorder(TorchDispatchMode):
         # (row index, unpriced gap, extra crossings, device queries, module calls, on the backward thread)
         self.gap_parts: list[tuple[int, float, int, int, int, bool]] = []
         self.probing = 0  # > 0 inside library code that runs ops only to learn output metadata
-        # MAYA_EMULATOR_FASTPATH=0 turns the signature cache off (tests compare both paths' traces)
+        # MAYA_EMULATOR_FASTPATH=0 turns the signature cache and the collective shortcuts off (tests compare
+        # both paths' traces); the process group reads it as `shortcuts`
         self._fast = policy == "emulate" and os.environ.get("MAYA_EMULATOR_FASTPATH", "1") != "0"
         self.fast_hits = 0
         self._out_specs: dict = {}  # call key -> fastpath output spec (None: uncacheable)
@@ -483,6 +484,12 @@ class Recorder(TorchDispatchMode):
         if not record and self.memory is not None:
             self._see_outputs(out)
         return out
+
+    @property
+    def shortcuts(self) -> bool:
+        """Whether the emulator's exact-trace shortcuts are on (the signature cache, `_work_only_call`,
+        `emulator.distributed.coalesced`)."""
+        return self._fast
 
     def _work_only_call(self, func, args, kwargs):
         """A c10d collective whose Meta kernel only makes a FakeWork, called directly; None for any other call.

@@ -195,6 +195,7 @@ def _patch_monitored_barrier() -> None:
     c10d.monitored_barrier = monitored_barrier
     dist.monitored_barrier = monitored_barrier
 
+
 def work_only_kernel(func):
     """The Meta kernel of a c10d collective that only makes a FakeWork (torch's own registrations in
     `torch.distributed._meta_registrations`, which return the first argument and a completed

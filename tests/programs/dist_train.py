@@ -25,17 +25,13 @@ def mlp(d=64):
     return nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
 
-if args.mode == "ddp":
+if args.mode in ("ddp", "ddp_bn"):  # ddp_bn: buffers too, which DDP broadcasts before every forward
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    model = DDP(mlp().to(device), device_ids=[local_rank] if use_cuda else None)
-elif args.mode == "ddp_bn":  # buffers: DDP broadcasts them before every forward
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    model = DDP(nn.Sequential(mlp(), nn.BatchNorm1d(64), mlp(), nn.BatchNorm1d(64)).to(device),
-                device_ids=[local_rank] if use_cuda else None)
-    # buckets of at most 4 KiB: more than two in flight, one-tensor and many-tensor buckets
-    dist._broadcast_coalesced(dist.group.WORLD, [p.detach() for p in model.parameters()], 4096, 0)
+    net = mlp() if args.mode == "ddp" else nn.Sequential(mlp(), nn.BatchNorm1d(64), mlp(), nn.BatchNorm1d(64))
+    model = DDP(net.to(device), device_ids=[local_rank] if use_cuda else None)
+    if args.mode == "ddp_bn":  # buckets of at most 4 KiB: more than two in flight, one- and many-tensor buckets
+        dist._broadcast_coalesced(dist.group.WORLD, [p.detach() for p in model.parameters()], 4096, 0)
 elif args.mode == "fsdp":
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

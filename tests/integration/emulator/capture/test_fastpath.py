@@ -52,7 +52,6 @@ def test_in_place_metadata_changes_after_caching_are_recorded_as_they_are(tmp_pa
     assert ops[ops.op == "aten::mm"].shapes.map(lambda s: [list(x) for x in s]).tolist()[-1] == [[4, 8], [8, 2]]
 
 
-
 def test_collective_shortcuts_record_what_torch_records(tmp_path, monkeypatch):
     """DDP's parameter and buffer broadcasts (torch's C++ `_broadcast_coalesced`, and the Python stand-in
     that copies each tensor back from the start of its bucket) and collectives called straight to their
