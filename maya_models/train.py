@@ -36,7 +36,10 @@ from maya_models.kernels import (
     KERNEL_KINDS,
     MAX_LOG_RATIO,
     MIN_BEST_FLOPS,
+    MIN_SEEN_ROWS,
     NUM_ROUNDS,
+    RANGE_BOUND_FAMILIES,
+    SIZE_FEATURES,
     FamilyModel,
     KernelPredictor,
     log_ratio,
@@ -99,6 +102,18 @@ def _counts_by_size(X: pd.DataFrame) -> dict[str, int]:
     """Feature rows per element size ({"2": rows, ...}), what a family model keeps of what it saw."""
     sizes, counts = np.unique(X["dtype_bytes"].to_numpy().astype(int), return_counts=True)
     return {str(int(b)): int(n) for b, n in zip(sizes, counts, strict=True)}
+
+
+def op_ranges(X: pd.DataFrame, ops: np.ndarray) -> dict[str, dict[str, list[float]]]:
+    """Per op seen in at least MIN_SEEN_ROWS training rows, the [low, high] of each size feature: the sizes a
+    family model may read that op at (`FamilyModel.within_op_range`)."""
+    out = {}
+    for op in np.unique(ops):
+        m = ops == op
+        if m.sum() >= MIN_SEEN_ROWS:
+            out[str(op)] = {c: [float(X[c].to_numpy()[m].min()), float(X[c].to_numpy()[m].max())]
+                            for c in SIZE_FEATURES if c in X.columns}
+    return out
 
 
 def _cap(df: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -283,14 +298,17 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         in_situ = seen["in_situ"].to_numpy() > 0 if "in_situ" in seen.columns else np.zeros(len(seen), bool)
         model.in_situ_elem_bytes = _counts_by_size(seen[in_situ])
         model.in_situ_compute_elem_bytes = _counts_by_size(seen[in_situ & (seen["flops"].to_numpy() >= MIN_BEST_FLOPS)])
+        if fam in RANGE_BOUND_FAMILIES and trained_on == "own":
+            model.op_ranges = op_ranges(seen, train_ops)
         unseen_op = None
         if fam in GENERIC_FAMILIES and model.booster is not None:
             Xt = X[~ev].reset_index(drop=True)
             model.generic = KernelPredictor.fit_generic(Xt, y[~ev], num_rounds, params)
             unseen_op = leave_one_op_out(Xt, y[~ev], train_ops, num_rounds, params)
         predictor.families[fam] = model
-        pred = X["roofline_s"].to_numpy()[ev] * np.exp(np.clip(model.log_ratio(X[ev]), -MAX_LOG_RATIO,
-                                                                MAX_LOG_RATIO))
+        eval_ops = data_f["op"].astype(str).to_numpy()[ev]
+        r = model.log_ratio(model.within_op_range(X[ev], eval_ops))
+        pred = X["roofline_s"].to_numpy()[ev] * np.exp(np.clip(r, -MAX_LOG_RATIO, MAX_LOG_RATIO))
         true = data_f["duration_s"].to_numpy()[ev]
         st = error_stats(pred, true)
         base = error_stats(X["roofline_s"].to_numpy()[ev], true)

@@ -1,6 +1,7 @@
 """Timing conditions: sustained-clock adjustment, conditions never merged, evaluation-only rows kept out,
 and a family model never trusted far past what it was trained on."""
 
+import json
 import math
 
 import numpy as np
@@ -208,3 +209,51 @@ def test_the_sustained_clock_is_not_applied_on_top_of_compute_bound_in_situ_timi
     out = p.predict(pd.DataFrame([shape]))
     assert out.source[0] == "learned"
     assert (out.adjustment_s[0] > 0) == adjusted
+
+
+def _norm(op, tokens, hidden, dtype="float16", **extra):
+    row = {"kind": "kernel", "op": op, "shapes": [[tokens, hidden], [hidden]], "dtypes": [dtype, dtype],
+           "strides": [[hidden, 1], [1]], "args": json.dumps({"normalized_shape": [hidden], "eps": 1e-5}),
+           "out_shapes": [[tokens, hidden]], "out_dtypes": [dtype]}
+    row.update(extra)
+    return row
+
+
+def _launch_bound(tokens):
+    """A norm's time over its roofline at small sizes: 1.5x at 256 tokens, 2x at 4096 (fixture numbers)."""
+    return 1.5 + 0.5 * (math.log2(tokens) - 8) / 4
+
+
+def test_a_memory_bound_op_past_its_measured_sizes_keeps_its_own_ratio_not_another_ops(tmp_path):
+    """LayerNorm measured up to 4096 x 2560, nearing 2x its roofline as it grows; RMSNorm (another kernel) alike
+    at those sizes and up to 32768 x 8192, at 3x past them. A LayerNorm of 16384 x 3072 is read at LayerNorm's
+    own ratio at the edge of its sizes, not at the ratio the trees learned from RMSNorm's larger rows (what the
+    A100's vidur rows did to a hidden size of 3072)."""
+    from maya_models.train import train_kernel_predictor
+
+    a100 = get_gpu("a100-80gb")
+    rows = []
+    for op, ratio, tokens, hiddens in (("aten::native_layer_norm", None, (256, 512, 1024, 2048, 4096), (2048, 2560)),
+                                       ("aten::_fused_rms_norm", 3.0, (256, 1024, 4096, 16384, 32768),
+                                        (2048, 4096, 8192))):
+        for t in tokens:
+            for h in hiddens:
+                for rep in range(30):
+                    row = _norm(op, t + rep, h, status="ok", gpu="a100-80gb", source="test", family="norm",
+                                timing="in_situ_forward", signature=f"{op}-{t + rep}-{h}")
+                    roof = featurize(pd.DataFrame([row]), a100)["roofline_s"].iloc[0]
+                    slower = ratio if t * h > 4096 * 2560 else _launch_bound(t)
+                    rows.append({**row, "duration_s": slower * roof})
+    p = train_kernel_predictor("a100-80gb", data=pd.DataFrame(rows), num_rounds=40, register=False,
+                               return_predictor=True)["predictor"]
+    assert p.families["norm"].trained_on == "own"
+    trace = pd.DataFrame([_norm("aten::native_layer_norm", 2048, 2048), _norm("aten::native_layer_norm", 16384, 3072),
+                          _norm("aten::_fused_rms_norm", 16384, 3072)])
+    ratio = p.predict(trace).duration_s.to_numpy() / featurize(trace, a100)["roofline_s"].to_numpy()
+    assert ratio[0] == pytest.approx(_launch_bound(2048), rel=0.05)  # inside its sizes
+    assert ratio[1] == pytest.approx(_launch_bound(4096), rel=0.15)  # past them: LayerNorm's own at their edge
+    assert ratio[1] < 0.8 * ratio[2]
+    assert ratio[2] == pytest.approx(3.0, rel=0.05)  # RMSNorm inside its own sizes, untouched
+    p.save(tmp_path / "kp")
+    again = KernelPredictor.load(tmp_path / "kp").predict(trace).duration_s.tolist()
+    assert again == pytest.approx(p.predict(trace).duration_s.tolist())
