@@ -14,7 +14,11 @@ Layout follows Megatron: rank = (pp_stage * dp + dp_rank) * tp + tp_rank, TP inn
   first and last stage share the word embedding, so its gradient is all-reduced between them
   (Megatron's embedding group). Its sends and receives behave as Megatron's (`--p2p megatron`, the
   default): each batch is waited for where it is issued and the device is then synchronized
-  (`megatron_p2p`); `--p2p torch` keeps torch's own (some sends waited later, no device sync);
+  (`megatron_p2p`); `--p2p torch` keeps torch's own (some sends waited later, no device sync). With TP,
+  each rank sends only its 1/TP of the activation (or gradient) and the receiving stage all-gathers the
+  pieces inside its TP group, as Megatron-DeepSpeed's own pipeline (`scatter_gather_tensors_in_pipeline`)
+  and DeepSpeed's pipeline engine (`pipe_partitioned`, `grad_partitioned`) do by default;
+  `--no-scatter-gather` sends whole activations, as megatron-core's pipeline does;
 - DP: DistributedDataParallel over the data-parallel group (bucketed gradient all-reduce);
 - micro/global batch: global = micro * dp * microbatches (gradient accumulation);
 - activation checkpointing per transformer block; fp32, or fp16/bf16 autocast, or with
@@ -186,12 +190,57 @@ class Block(nn.Module):
         return x + self.dropout(self.mlp(self.ln2(x)))
 
 
+class ToPipelineChunk(torch.autograd.Function):
+    """Before a pipeline send: this TP rank's 1/TP of the flattened activation (Megatron's
+    `split_tensor_into_1d_equal_chunks`, a view). Backward: the gradient's pieces that come back, one per TP
+    rank, all-gathered into the whole gradient (Megatron's `gather_split_1d_tensor` after a receive)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group, ctx.shape = group, x.shape
+        return _own_chunk(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _gather_chunks(grad, ctx.group).view(ctx.shape), None
+
+
+class FromPipelineChunk(torch.autograd.Function):
+    """After a pipeline receive: the TP group's pieces all-gathered into the whole activation of `shape`.
+    Backward: this rank's 1/TP of the gradient (the same on every TP rank) is what goes back down the pipe."""
+
+    @staticmethod
+    def forward(ctx, chunk, shape, group):
+        ctx.group = group
+        return _gather_chunks(chunk, group).view(shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _own_chunk(grad, ctx.group), None, None
+
+
+def _own_chunk(x, group):
+    flat = x.reshape(-1)
+    size = flat.numel() // dist.get_world_size(group)
+    start = dist.get_rank(group) * size
+    return flat[start:start + size]
+
+
+def _gather_chunks(chunk, group):
+    whole = torch.empty(chunk.numel() * dist.get_world_size(group), dtype=chunk.dtype, device=chunk.device)
+    dist.all_gather_into_tensor(whole, chunk.contiguous(), group=group)
+    return whole
+
+
 class GPTStage(nn.Module):
-    """The layers one pipeline stage owns: the first adds the embeddings, the last the LM head."""
+    """The layers one pipeline stage owns: the first adds the embeddings, the last the LM head. With
+    `scatter_gather`, what passes between stages is each TP rank's 1/TP of the activation (`ToPipelineChunk`)."""
 
     def __init__(self, a, layers: range, first: bool, last: bool, tp_group, tp: int):
         super().__init__()
         self.first, self.last, self.checkpoint, self.seq_first = first, last, a.checkpoint, a.seq_first
+        self.scatter_gather = a.scatter_gather and a.pp > 1 and tp > 1
+        self.act_shape = ((a.seq, a.micro_batch) if a.seq_first else (a.micro_batch, a.seq)) + (a.hidden,)
         self.wte = VocabParallelEmbedding(a.vocab, a.hidden, tp_group) if first or last else None
         self.wpe = nn.Embedding(a.seq, a.hidden) if first else None
         if self.wpe is not None:
@@ -202,6 +251,8 @@ class GPTStage(nn.Module):
         self.tp_group = tp_group
 
     def forward(self, x):
+        if self.scatter_gather and not self.first:
+            x = FromPipelineChunk.apply(x, self.act_shape, self.tp_group)
         if self.first:
             pos = torch.arange(x.shape[1], device=x.device)
             x = self.wte(x) + self.wpe(pos)
@@ -212,6 +263,8 @@ class GPTStage(nn.Module):
             x = checkpoint(block, x, use_reentrant=False) if self.checkpoint and self.training else block(x)
         if self.last:  # logits for this rank's vocabulary slice, weight tied to the embedding
             x = F.linear(copy_to_tp(self.ln_f(x), self.tp_group), self.wte.weight)
+        elif self.scatter_gather:
+            x = ToPipelineChunk.apply(x, self.tp_group)
         return x
 
 
@@ -286,6 +339,9 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
                         "(1.0); 0 turns it off")
     p.add_argument("--p2p", choices=("megatron", "torch"), default="megatron",
                    help="pipeline sends/receives: Megatron's (waited at once, then a device sync) or torch's own")
+    p.add_argument("--no-scatter-gather", dest="scatter_gather", action="store_false",
+                   help="with TP and PP: send whole activations between stages instead of each TP rank's 1/TP, "
+                        "all-gathered by the receiver (Megatron-DeepSpeed's and DeepSpeed's pipeline default)")
     a = p.parse_args(argv)
     a.ffn = a.ffn or 4 * a.hidden
     if a.half_params and a.dtype == "fp32":
@@ -381,11 +437,14 @@ def main(argv=None):
     n_micro = a.global_batch // (a.micro_batch * dp)
     assert n_micro * a.micro_batch * dp == a.global_batch, "global batch must be micro-batch x DP x microbatches"
 
-    torch.manual_seed(1234 + coord["pp"] * 7 + coord["tp"])
+    # one seed per stage: parameters every TP rank holds whole (norms, position embedding) start equal and the
+    # hidden dropout draws the same mask on every TP rank, as Megatron keeps them, so activations stay replicated
+    torch.manual_seed(1234 + coord["pp"] * 7)
     stage = coord["pp"]
     first, last = stage == 0, stage == a.pp - 1
     with torch.device(device):  # parameters are created where they live, never on the host first
         model = GPTStage(a, stage_layers(a.layers, a.pp, stage), first, last, groups["tp"], a.tp)
+    model_stage = model
     half = DTYPES[a.dtype] if a.half_params else None
     if half is not None:
         model = model.to(half)
@@ -415,7 +474,8 @@ def main(argv=None):
         shape = (a.micro_batch, a.seq)
         acts = (a.seq, a.micro_batch) if a.seq_first else shape  # what passes between stages
         act_dtype = half or torch.float32  # under autocast the residual stream stays fp32
-        hidden = lambda: torch.zeros(*acts, a.hidden, dtype=act_dtype, device=device, requires_grad=True)
+        passed = (a.seq * a.micro_batch * a.hidden // a.tp,) if model_stage.scatter_gather else (*acts, a.hidden)
+        hidden = lambda: torch.zeros(*passed, dtype=act_dtype, device=device, requires_grad=True)
         x_in = torch.zeros(shape, dtype=torch.long, device=device) if first else hidden()
         logits_dtype = half or amp or torch.float32  # the LM head runs in half precision (or under autocast)
         out = torch.zeros(*acts, a.vocab // a.tp, dtype=logits_dtype, device=device, requires_grad=True) if last \

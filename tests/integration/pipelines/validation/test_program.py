@@ -242,3 +242,26 @@ def test_megatrons_core_attention_is_causal_attention_over_its_qkv_layout(micro)
     assert prog.fused_softmax_fits(4 * micro, a.seq, a.seq) is (micro == 2)
     assert torch.allclose(attn.core_attention(x, 0.0), ref)
 
+
+
+def test_with_tp_a_pipeline_sends_each_ranks_share_and_the_receiver_gathers_it(tmp_path):
+    """Megatron-DeepSpeed's pipeline (and DeepSpeed's engine) send 1/TP of an activation or gradient per TP rank
+    and all-gather the pieces after the receive: the same training as whole sends (the same losses), a TP-th of
+    the bytes between stages, and one all-gather inside the TP group per receive."""
+    from emulator.launch.emulate import run_emulation
+    from emulator.trace.io import read_rank_trace
+
+    tp_pp = ["--tp", "2", "--pp", "2", "--global-batch", "8", "--checkpoint", "--dtype", "bf16", "--half-params",
+             "--attention", "eager"]
+    assert _run(4, *tp_pp) == _run(4, *tp_pp, "--no-scatter-gather")
+    hidden, micro, seq = 64, 2, 32
+    s = run_emulation(script=str(PROGRAM), module=None, gpu="a100-80gb", nproc_per_node=4, nnodes=1, iterations=2,
+                      out=tmp_path, dedup=True,
+                      argv=[*TINY[:-2], "--steps", "3", "--micro-batch", str(micro), *tp_pp])
+    assert s.ok, s.error
+    t = read_rank_trace(tmp_path, 3).to_pandas()  # a TP rank of the second stage
+    t = t[t.iteration == t.iteration.max()]
+    p2p = t[t.kind == "p2p"]
+    assert len(p2p) > 0 and (p2p.coll_bytes == micro * seq * hidden * 2 // 2).all()
+    gathers = t[(t.kind == "collective") & t.op.str.contains("allgather")]
+    assert len(gathers) == (p2p.op.str.contains("recv")).sum()
