@@ -42,11 +42,11 @@ MIN_SEEN_ROWS = 20  # an element size or op seen in fewer training rows than thi
 # unseen one is the roofline's (labelled fallback).
 GENERIC_FAMILIES = frozenset({"gemm", "elementwise", "norm", "softmax_loss", "copy", "embedding", "optimizer"})
 # Memory-bound families, whose ops run at a bandwidth that is flat or rising with size once past the launch
-# floor. An op of theirs is predicted inside the sizes it was measured at (`FamilyModel.within_op_range`):
+# floor. An op of theirs is read at most at the sizes it was measured at (`FamilyModel.within_op_limits`):
 # past them the trees answer from another op's rows (on the A100, a LayerNorm with a hidden size vidur did not
 # measure was timed at the rate of vLLM's RMSNorm kernel, 0.71 against LayerNorm's own 1.0 TB/s).
 RANGE_BOUND_FAMILIES = frozenset({"elementwise", "norm", "softmax_loss", "copy", "embedding", "optimizer"})
-# the features a row's sizes decide (maya_models.features): what `within_op_range` clamps
+# the features a row's sizes decide (maya_models.features): what `within_op_limits` caps
 SIZE_FEATURES = ("flops", "bytes", "log_flops", "log_bytes", "intensity", "roofline_s", "log_roofline", "t_compute",
                  "t_memory", "bytes_over_l2", "numel0", "inner", "outer", "out_numel", "log_numel0", "waves_elem",
                  "log_gather_ratio")
@@ -81,30 +81,30 @@ class FamilyModel:
     in_situ_elem_bytes: dict[str, int] | None = None
     # of those, the compute-bound ones (at least MIN_BEST_FLOPS): a program's clock is in their times
     in_situ_compute_elem_bytes: dict[str, int] | None = None
-    # per op, the [low, high] of each SIZE_FEATURES column over its training rows (None: a model saved before
+    # per op, the largest value of each SIZE_FEATURES column over its training rows (None: a model saved before
     # these were kept, or a family outside RANGE_BOUND_FAMILIES)
-    op_ranges: dict[str, dict[str, list[float]]] | None = None
+    op_limits: dict[str, dict[str, float]] | None = None
 
-    def within_op_range(self, X: pd.DataFrame, ops) -> pd.DataFrame:
-        """`X` with each row's size features clamped to the range its own op was trained on: a row past the
-        sizes its op was measured at is read at the nearest measured size, so its time is the roofline's
-        scaling at that size's ratio, not a ratio the trees learned from another op of the family. Rows of an
-        op without a range (unseen ops, older models) are unchanged."""
-        if not self.op_ranges:
+    def within_op_limits(self, X: pd.DataFrame, ops) -> pd.DataFrame:
+        """`X` with each row's size features capped at the largest its own op was trained on: a row past the
+        sizes its op was measured at is read at its op's largest measured size, so its time is the roofline's
+        scaling at that size's ratio, not a ratio the trees learned from another op's larger rows. Smaller rows,
+        rows of an op without limits (unseen ops, older models) are unchanged."""
+        if not self.op_limits:
             return X
         ops = np.asarray(ops, dtype=object)
         out = None
         for op in np.unique(ops):
-            ranges = self.op_ranges.get(str(op))
-            if not ranges:
+            limits = self.op_limits.get(str(op))
+            if not limits:
                 continue
             m = ops == op
-            for col, (lo, hi) in ranges.items():
+            for col, hi in limits.items():
                 v = X[col].to_numpy()[m]
-                if (v < lo).any() or (v > hi).any():
+                if (v > hi).any():
                     if out is None:
                         out = X.copy()
-                    out.loc[out.index[m], col] = np.clip(v, lo, hi)
+                    out.loc[out.index[m], col] = np.minimum(v, hi)
         return X if out is None else out
 
     def seen_op(self, ops) -> np.ndarray:
@@ -239,7 +239,7 @@ class KernelPredictor:
                 m = sub_fams == fam
                 model = self.families[fam]
                 seen = model.seen_op(sub_ops[m])
-                Xr = model.within_op_range(X[m], sub_ops[m])
+                Xr = model.within_op_limits(X[m], sub_ops[m])
                 r = np.clip(model.log_ratio(Xr, seen), -MAX_LOG_RATIO, MAX_LOG_RATIO)
                 pred[m] = np.where(model.covers(X[m], seen), roof[m] * np.exp(r), np.nan)
             idx = np.flatnonzero(learned)
@@ -332,7 +332,7 @@ class KernelPredictor:
                                      "max_bytes": m.max_bytes, "ops": m.ops, "elem_bytes": m.elem_bytes,
                                      "in_situ_elem_bytes": m.in_situ_elem_bytes,
                                      "in_situ_compute_elem_bytes": m.in_situ_compute_elem_bytes,
-                                     "op_ranges": m.op_ranges, "generic": m.generic is not None}
+                                     "op_limits": m.op_limits, "generic": m.generic is not None}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
 
@@ -355,7 +355,7 @@ class KernelPredictor:
             fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0),
                                     m.get("max_flops", math.inf), m.get("max_bytes", math.inf),
                                     m.get("ops"), m.get("elem_bytes"), g, m.get("in_situ_elem_bytes"),
-                                    m.get("in_situ_compute_elem_bytes"), m.get("op_ranges"))
+                                    m.get("in_situ_compute_elem_bytes"), m.get("op_limits"))
         check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
 

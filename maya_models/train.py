@@ -104,15 +104,14 @@ def _counts_by_size(X: pd.DataFrame) -> dict[str, int]:
     return {str(int(b)): int(n) for b, n in zip(sizes, counts, strict=True)}
 
 
-def op_ranges(X: pd.DataFrame, ops: np.ndarray) -> dict[str, dict[str, list[float]]]:
-    """Per op seen in at least MIN_SEEN_ROWS training rows, the [low, high] of each size feature: the sizes a
-    family model may read that op at (`FamilyModel.within_op_range`)."""
+def op_limits(X: pd.DataFrame, ops: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per op seen in at least MIN_SEEN_ROWS training rows, the largest value of each size feature: the sizes a
+    family model reads that op at, at most (`FamilyModel.within_op_limits`)."""
     out = {}
     for op in np.unique(ops):
         m = ops == op
         if m.sum() >= MIN_SEEN_ROWS:
-            out[str(op)] = {c: [float(X[c].to_numpy()[m].min()), float(X[c].to_numpy()[m].max())]
-                            for c in SIZE_FEATURES if c in X.columns}
+            out[str(op)] = {c: float(X[c].to_numpy()[m].max()) for c in SIZE_FEATURES if c in X.columns}
     return out
 
 
@@ -299,7 +298,7 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         model.in_situ_elem_bytes = _counts_by_size(seen[in_situ])
         model.in_situ_compute_elem_bytes = _counts_by_size(seen[in_situ & (seen["flops"].to_numpy() >= MIN_BEST_FLOPS)])
         if fam in RANGE_BOUND_FAMILIES and trained_on == "own":
-            model.op_ranges = op_ranges(seen, train_ops)
+            model.op_limits = op_limits(seen, train_ops)
         unseen_op = None
         if fam in GENERIC_FAMILIES and model.booster is not None:
             Xt = X[~ev].reset_index(drop=True)
@@ -307,7 +306,7 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
             unseen_op = leave_one_op_out(Xt, y[~ev], train_ops, num_rounds, params)
         predictor.families[fam] = model
         eval_ops = data_f["op"].astype(str).to_numpy()[ev]
-        r = model.log_ratio(model.within_op_range(X[ev], eval_ops))
+        r = model.log_ratio(model.within_op_limits(X[ev], eval_ops))
         pred = X["roofline_s"].to_numpy()[ev] * np.exp(np.clip(r, -MAX_LOG_RATIO, MAX_LOG_RATIO))
         true = data_f["duration_s"].to_numpy()[ev]
         st = error_stats(pred, true)
