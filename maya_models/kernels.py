@@ -93,19 +93,13 @@ class FamilyModel:
         if not self.op_limits:
             return X
         ops = np.asarray(ops, dtype=object)
-        out = None
+        X = X.copy()
         for op in np.unique(ops):
             limits = self.op_limits.get(str(op))
-            if not limits:
-                continue
-            m = ops == op
-            for col, hi in limits.items():
-                v = X[col].to_numpy()[m]
-                if (v > hi).any():
-                    if out is None:
-                        out = X.copy()
-                    out.loc[out.index[m], col] = np.minimum(v, hi)
-        return X if out is None else out
+            if limits:
+                m, cols = ops == op, list(limits)
+                X.loc[m, cols] = np.minimum(X.loc[m, cols].to_numpy(), np.array(list(limits.values())))
+        return X
 
     def seen_op(self, ops) -> np.ndarray:
         if self.ops is None or self.booster is None:  # a constant ratio is the same for every op
@@ -146,15 +140,18 @@ class FamilyModel:
         counts = self.in_situ_compute_elem_bytes or {}
         return counts.get(str(int(elem_bytes)), 0) >= MIN_SEEN_ROWS
 
-    def log_ratio(self, X: pd.DataFrame, seen: np.ndarray | None = None) -> np.ndarray:
+    def log_ratio(self, X: pd.DataFrame, seen: np.ndarray | None = None, ops=None) -> np.ndarray:
         """Learned log(time / roofline); rows whose op the trees never saw (`seen` False) take the generic trees.
         Rows of a dtype without in-situ training rows are read under the isolated condition
-        (`as_measured_where_unseen`)."""
+        (`as_measured_where_unseen`); given the rows' `ops`, past their op's largest measured sizes at those
+        sizes (`within_op_limits`)."""
         import xgboost as xgb
 
         if self.booster is None:
             return np.full(len(X), self.bias)
         X = self.as_measured_where_unseen(X)
+        if ops is not None:
+            X = self.within_op_limits(X, ops)
         out = self.booster.predict(xgb.DMatrix(X[self.features].values, feature_names=self.features))
         if seen is not None and self.generic is not None:
             unseen = ~seen
@@ -239,8 +236,7 @@ class KernelPredictor:
                 m = sub_fams == fam
                 model = self.families[fam]
                 seen = model.seen_op(sub_ops[m])
-                Xr = model.within_op_limits(X[m], sub_ops[m])
-                r = np.clip(model.log_ratio(Xr, seen), -MAX_LOG_RATIO, MAX_LOG_RATIO)
+                r = np.clip(model.log_ratio(X[m], seen, sub_ops[m]), -MAX_LOG_RATIO, MAX_LOG_RATIO)
                 pred[m] = np.where(model.covers(X[m], seen), roof[m] * np.exp(r), np.nan)
             idx = np.flatnonzero(learned)
             ok = np.isfinite(pred) & (pred > 0)

@@ -107,12 +107,9 @@ def _counts_by_size(X: pd.DataFrame) -> dict[str, int]:
 def op_limits(X: pd.DataFrame, ops: np.ndarray) -> dict[str, dict[str, float]]:
     """Per op seen in at least MIN_SEEN_ROWS training rows, the largest value of each size feature: the sizes a
     family model reads that op at, at most (`FamilyModel.within_op_limits`)."""
-    out = {}
-    for op in np.unique(ops):
-        m = ops == op
-        if m.sum() >= MIN_SEEN_ROWS:
-            out[str(op)] = {c: float(X[c].to_numpy()[m].max()) for c in SIZE_FEATURES if c in X.columns}
-    return out
+    by_op = X[[c for c in SIZE_FEATURES if c in X.columns]].groupby(ops)
+    largest = by_op.max()[by_op.size() >= MIN_SEEN_ROWS]
+    return {str(op): row.to_dict() for op, row in largest.iterrows()}
 
 
 def _cap(df: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -290,7 +287,8 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         y = log_ratio(data_f["duration_s"], X["roofline_s"])
         model = _fit_family(fam, X[~ev].reset_index(drop=True), y[~ev],
                             [g for g, e in zip(groups, ev, strict=True) if not e], trained_on, num_rounds, params)
-        train_ops = data_f["op"].astype(str).to_numpy()[~ev]
+        ops = data_f["op"].astype(str).to_numpy()
+        train_ops = ops[~ev]
         model.ops = {str(o): int(n) for o, n in zip(*np.unique(train_ops, return_counts=True), strict=True)}
         seen = X[~ev]
         model.elem_bytes = _counts_by_size(seen)
@@ -305,9 +303,8 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
             model.generic = KernelPredictor.fit_generic(Xt, y[~ev], num_rounds, params)
             unseen_op = leave_one_op_out(Xt, y[~ev], train_ops, num_rounds, params)
         predictor.families[fam] = model
-        eval_ops = data_f["op"].astype(str).to_numpy()[ev]
-        r = model.log_ratio(model.within_op_limits(X[ev], eval_ops))
-        pred = X["roofline_s"].to_numpy()[ev] * np.exp(np.clip(r, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+        pred = X["roofline_s"].to_numpy()[ev] * np.exp(np.clip(model.log_ratio(X[ev], ops=ops[ev]), -MAX_LOG_RATIO,
+                                                                MAX_LOG_RATIO))
         true = data_f["duration_s"].to_numpy()[ev]
         st = error_stats(pred, true)
         base = error_stats(X["roofline_s"].to_numpy()[ev], true)

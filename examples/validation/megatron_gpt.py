@@ -232,6 +232,11 @@ def _gather_chunks(chunk, group):
     return whole
 
 
+def activation_shape(a) -> tuple:
+    """What one micro-batch passes between stages: [s, b, h] in Megatron's layout, else [b, s, h]."""
+    return ((a.seq, a.micro_batch) if a.seq_first else (a.micro_batch, a.seq)) + (a.hidden,)
+
+
 class GPTStage(nn.Module):
     """The layers one pipeline stage owns: the first adds the embeddings, the last the LM head. With
     `scatter_gather`, what passes between stages is each TP rank's 1/TP of the activation (`ToPipelineChunk`)."""
@@ -239,8 +244,7 @@ class GPTStage(nn.Module):
     def __init__(self, a, layers: range, first: bool, last: bool, tp_group, tp: int):
         super().__init__()
         self.first, self.last, self.checkpoint, self.seq_first = first, last, a.checkpoint, a.seq_first
-        self.scatter_gather = a.scatter_gather and a.pp > 1 and tp > 1
-        self.act_shape = ((a.seq, a.micro_batch) if a.seq_first else (a.micro_batch, a.seq)) + (a.hidden,)
+        self.scatter_gather, self.act_shape = a.scatter_gather, activation_shape(a)
         self.wte = VocabParallelEmbedding(a.vocab, a.hidden, tp_group) if first or last else None
         self.wpe = nn.Embedding(a.seq, a.hidden) if first else None
         if self.wpe is not None:
@@ -351,6 +355,7 @@ def parse_args(argv=None, attention=("sdpa", "eager"), description=None):
     # Megatron's own mixed precision with its attention: activations [s, b, h] from the embedding to the loss,
     # as Megatron keeps them, so the attention takes q, k and v as views (Attention.core_attention)
     a.seq_first = a.half_params and a.attention == "eager"
+    a.scatter_gather = a.scatter_gather and a.tp > 1 and a.pp > 1  # only TP ranks between stages split a send
     return a
 
 
@@ -444,7 +449,6 @@ def main(argv=None):
     first, last = stage == 0, stage == a.pp - 1
     with torch.device(device):  # parameters are created where they live, never on the host first
         model = GPTStage(a, stage_layers(a.layers, a.pp, stage), first, last, groups["tp"], a.tp)
-    model_stage = model
     half = DTYPES[a.dtype] if a.half_params else None
     if half is not None:
         model = model.to(half)
@@ -472,13 +476,13 @@ def main(argv=None):
     if a.pp > 1:
         # Stage boundaries are known up front, so no shape-inference round trip is needed.
         shape = (a.micro_batch, a.seq)
-        acts = (a.seq, a.micro_batch) if a.seq_first else shape  # what passes between stages
+        acts = activation_shape(a)
         act_dtype = half or torch.float32  # under autocast the residual stream stays fp32
-        passed = (a.seq * a.micro_batch * a.hidden // a.tp,) if model_stage.scatter_gather else (*acts, a.hidden)
+        passed = (math.prod(acts) // a.tp,) if a.scatter_gather else acts  # each TP rank's piece, or all of it
         hidden = lambda: torch.zeros(*passed, dtype=act_dtype, device=device, requires_grad=True)
         x_in = torch.zeros(shape, dtype=torch.long, device=device) if first else hidden()
         logits_dtype = half or amp or torch.float32  # the LM head runs in half precision (or under autocast)
-        out = torch.zeros(*acts, a.vocab // a.tp, dtype=logits_dtype, device=device, requires_grad=True) if last \
+        out = torch.zeros(*acts[:2], a.vocab // a.tp, dtype=logits_dtype, device=device, requires_grad=True) if last \
             else hidden()
         pipe = PipelineStage(model, stage, a.pp, device, input_args=(x_in,), output_args=(out,), group=groups["pp"])
         # 1F1B needs at least one micro-batch per stage; with fewer, Megatron's 1F1B degenerates to
