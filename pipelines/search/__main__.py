@@ -13,7 +13,7 @@ import sys
 
 from rich.console import Console
 
-from pipelines.search.evaluate import DEFAULT_PROGRAM
+from pipelines.search.evaluate import DEFAULT_PROGRAM, GroupSelectionError
 from pipelines.search.report import run_eval
 from pipelines.validation.holdout import PROGRAMS
 
@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,
                  ranking=not a.no_ranking, efficiency=not a.no_efficiency, seeds=a.seeds, console=console,
                  program=a.program, workers=a.workers)
+    except GroupSelectionError as e:
+        console.print(f"[red]{e}[/red]")
+        return 2
     except KeyboardInterrupt as e:
         console.print(f"interrupted: {e or 'stopped'}; a rerun resumes from the cached trials")
         return 130

@@ -62,12 +62,28 @@ class GroupResult:
                     predicted={m: {key(k): v for k, v in p.items()} for m, p in self.predicted.items()})
 
 
+class GroupSelectionError(ValueError):
+    """A `--multi` name that is no group, or an `--only` that leaves no group: said before any trial runs,
+    since an evaluation of nothing would otherwise print empty tables and look finished."""
+
+
 def select_groups(multi: tuple[str, ...] = DEFAULT_MULTI, single: int = DEFAULT_SINGLE,
                   only: str | None = None) -> list[Group]:
-    m = [g for g in vtrain_groups("multi") if g.name in multi]
+    every_multi = vtrain_groups("multi")
+    known = [g.name for g in every_multi]
+    if unknown := [name for name in multi if name not in known]:
+        raise GroupSelectionError(f"no multi-node group named {', '.join(unknown)}; the groups: {', '.join(known)}")
+    m = [g for g in every_multi if g.name in multi]
     s = cheapest_single([g for g in vtrain_groups("single") if len(g.measured()) >= MIN_LAYOUTS], single)
     groups = s + m
-    return [g for g in groups if only in g.name] if only else groups
+    if not only:
+        return groups
+    if chosen := [g for g in groups if only in g.name]:
+        return chosen
+    others = [name for name in known if name not in multi and only in name]
+    hint = f"; name {', '.join(others)} with --multi to run it" if others else ""
+    raise GroupSelectionError(f"--only {only!r} matches none of the selected groups "
+                              f"({', '.join(g.name for g in groups)}){hint}")
 
 
 def _search(group: Group, store: Store, roofline_only: bool, console: Console, program: str, workers: int):

@@ -1,6 +1,9 @@
 """A vTrain group as a search space: its points listed costliest first, so trials run at once end together."""
 
+import pytest
+
 from emulator.search.space import parse_space
+from pipelines.search.__main__ import main
 from pipelines.search.groups import Group
 from pipelines.validation.holdout import Case
 
@@ -20,3 +23,18 @@ def test_points_come_costliest_first_and_the_space_keeps_every_layout():
     assert group.costliest_first() == [(8, 1, 2), (4, 1, 1), (2, 1, 1), (1, 1, 1), (1, 1, 8)]
     space = parse_space(group.space_toml(), path="test")
     assert list(space.candidates()) == group.costliest_first()
+
+
+def test_a_group_name_that_selects_nothing_is_an_error_that_names_the_groups(monkeypatch):
+    from pipelines.search import evaluate
+
+    multi = [Group("multi-3.6B-64gpu", "multi", [_case(8, 1, 1)]),
+             Group("multi-39.1B-512gpu", "multi", [_case(4, 2, 1)])]
+    single = [Group(f"single-{i}", "single", [_case(1, 1, m) for m in (1, 2, 4, 8, 16)]) for i in range(3)]
+    monkeypatch.setattr(evaluate, "vtrain_groups", lambda kind: multi if kind == "multi" else single)
+    assert [g.name for g in evaluate.select_groups(("multi-3.6B-64gpu",), 0, "multi")] == ["multi-3.6B-64gpu"]
+    with pytest.raises(evaluate.GroupSelectionError, match="name multi-39.1B-512gpu with --multi"):
+        evaluate.select_groups(("multi-3.6B-64gpu",), 0, "39.1B")
+    with pytest.raises(evaluate.GroupSelectionError, match="no multi-node group named multi-9B.*multi-3.6B-64gpu"):
+        evaluate.select_groups(("multi-9B",), 0)
+    assert main(["--multi", "multi-9B", "--no-efficiency"]) == 2
