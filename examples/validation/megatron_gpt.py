@@ -506,8 +506,9 @@ def main(argv=None):
             if schedule is not None:
                 if first:
                     schedule.step(x)
-                elif last:
-                    schedule.step(target=y, losses=losses)
+                elif last:  # Megatron keeps each micro-batch's loss, not its logits (torch's schedule would
+                    # hold every micro-batch's logits to the end of the step and concatenate them)
+                    schedule.step(target=y, losses=losses, return_outputs=False)
                 else:
                     schedule.step()
             else:

@@ -265,3 +265,26 @@ def test_with_tp_a_pipeline_sends_each_ranks_share_and_the_receiver_gathers_it(t
     assert len(p2p) > 0 and (p2p.coll_bytes == micro * seq * hidden * 2 // 2).all()
     gathers = t[(t.kind == "collective") & t.op.str.contains("allgather")]
     assert len(gathers) == (p2p.op.str.contains("recv")).sum()
+
+
+def test_the_last_pipeline_stage_keeps_each_micro_batchs_loss_not_its_logits(tmp_path):
+    """Megatron computes each micro-batch's loss on the last stage and lets its logits go; torch's schedule,
+    asked for outputs, keeps every micro-batch's logits to the end of the step and concatenates them (a
+    39.1B layout of the search evaluation ran out of memory on that copy). So the last stage's peak must not
+    grow with the micro-batches by their logits."""
+    from emulator.launch.emulate import run_emulation
+
+    vocab, seq, micro = 16384, 32, 1
+    logits_bytes = micro * seq * vocab * 2  # bf16 logits of one micro-batch
+    peaks = []
+    for global_batch in (4, 16):
+        out = tmp_path / str(global_batch)
+        s = run_emulation(script=str(PROGRAM), module=None, gpu="a100-80gb", nproc_per_node=2, nnodes=1,
+                          iterations=2, out=out, dedup=True,
+                          argv=["--layers", "2", "--hidden", "64", "--heads", "4", "--seq", str(seq), "--vocab",
+                                str(vocab), "--pp", "2", "--micro-batch", str(micro), "--global-batch",
+                                str(global_batch), "--dtype", "bf16", "--half-params", "--checkpoint", "--steps", "3"])
+        assert s.ok, s.error
+        peaks.append(s.peak_allocated_bytes["1"])  # the last stage
+    # twelve more micro-batches' logits (and their concatenation) would add 24 x logits_bytes
+    assert peaks[1] - peaks[0] < 2 * logits_bytes, (peaks, logits_bytes)
