@@ -92,13 +92,15 @@ class FamilyModel:
         rows of an op without limits (unseen ops, older models) are unchanged."""
         if not self.op_limits:
             return X
-        ops = np.asarray(ops, dtype=object)
+        limits = pd.DataFrame.from_dict(self.op_limits, orient="index")
+        cols = list(limits.columns)
+        held = X[cols].to_numpy(dtype=float)
+        cap = limits.reindex(np.asarray(ops, dtype=str)).to_numpy(dtype=float)  # NaN: an op without limits
+        capped = np.where(np.isnan(cap), held, np.minimum(held, cap))
+        if np.array_equal(capped, held, equal_nan=True):
+            return X
         X = X.copy()
-        for op in np.unique(ops):
-            limits = self.op_limits.get(str(op))
-            if limits:
-                m, cols = ops == op, list(limits)
-                X.loc[m, cols] = np.minimum(X.loc[m, cols].to_numpy(), np.array(list(limits.values())))
+        X[cols] = capped
         return X
 
     def seen_op(self, ops) -> np.ndarray:
@@ -141,10 +143,13 @@ class FamilyModel:
         return counts.get(str(int(elem_bytes)), 0) >= MIN_SEEN_ROWS
 
     def log_ratio(self, X: pd.DataFrame, seen: np.ndarray | None = None, ops=None) -> np.ndarray:
-        """Learned log(time / roofline); rows whose op the trees never saw (`seen` False) take the generic trees.
-        Rows of a dtype without in-situ training rows are read under the isolated condition
+        """Learned log(time / roofline), within +-MAX_LOG_RATIO; rows whose op the trees never saw (`seen` False)
+        take the generic trees. Rows of a dtype without in-situ training rows are read under the isolated condition
         (`as_measured_where_unseen`); given the rows' `ops`, past their op's largest measured sizes at those
         sizes (`within_op_limits`)."""
+        return np.clip(self._log_ratio(X, seen, ops), -MAX_LOG_RATIO, MAX_LOG_RATIO)
+
+    def _log_ratio(self, X: pd.DataFrame, seen: np.ndarray | None, ops) -> np.ndarray:
         import xgboost as xgb
 
         if self.booster is None:
@@ -236,7 +241,7 @@ class KernelPredictor:
                 m = sub_fams == fam
                 model = self.families[fam]
                 seen = model.seen_op(sub_ops[m])
-                r = np.clip(model.log_ratio(X[m], seen, sub_ops[m]), -MAX_LOG_RATIO, MAX_LOG_RATIO)
+                r = model.log_ratio(X[m], seen, sub_ops[m])
                 pred[m] = np.where(model.covers(X[m], seen), roof[m] * np.exp(r), np.nan)
             idx = np.flatnonzero(learned)
             ok = np.isfinite(pred) & (pred > 0)

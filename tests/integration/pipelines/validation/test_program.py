@@ -286,5 +286,5 @@ def test_the_last_pipeline_stage_keeps_each_micro_batchs_loss_not_its_logits(tmp
                                 str(global_batch), "--dtype", "bf16", "--half-params", "--checkpoint", "--steps", "3"])
         assert s.ok, s.error
         peaks.append(s.peak_allocated_bytes["1"])  # the last stage
-    # twelve more micro-batches' logits (and their concatenation) would add 24 x logits_bytes
+    # kept logits and their concatenation grew it by about 20 x logits_bytes (tried without return_outputs=False)
     assert peaks[1] - peaks[0] < 2 * logits_bytes, (peaks, logits_bytes)
