@@ -8,10 +8,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from emulator.bench import emulation, repeatability, simulation
+from emulator.bench import emulation, machine_speed, repeatability, simulation
 from emulator.trace.io import write_json
 
-BENCHMARKS = {**emulation.BENCHMARKS, **simulation.BENCHMARKS, **repeatability.BENCHMARKS}
+BENCHMARKS = {**emulation.BENCHMARKS, **simulation.BENCHMARKS, **repeatability.BENCHMARKS, **machine_speed.BENCHMARKS}
 
 
 def _fmt(v) -> str:
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "bench.json", results)
-    return 0 if all(r.get("meets_target") for r in results.values()) else 1
+    # a benchmark without a target (machine_speed) does not fail the run; one that raised does
+    return 0 if all(r.get("meets_target", True) for r in results.values()) else 1
 
 
 if __name__ == "__main__":
