@@ -7,7 +7,10 @@ values travel through files in a folder shared by the ranks of one emulation
 (`$MAYA_EXCHANGE_DIR`, default `OUT/.exchange/<run id>`); the c10d send/recv rows of the
 transfer are still recorded by the original functions. A receiver waits for the sender up to
 `$MAYA_EXCHANGE_TIMEOUT_S` (default 120 s) and then fails with an error that says which rank's
-value it needed, so a rank emulated alone fails clearly instead of hanging.
+value it needed, so a rank emulated alone fails clearly instead of hanging. When the launcher
+says which ranks run now (`$MAYA_EXCHANGE_PEERS`: a batch that starts all at once), a value from
+any other rank that is not already written can never come, and the receiver fails at once: the
+launcher then starts the ranks that exchange objects side by side without waiting out the timeout.
 
 Stand-ins: every value is also written under its *group-relative* name (the group's shape, the
 sender's and receiver's positions in it, the count), which is the same for every group of one
@@ -37,11 +40,13 @@ class ObjectExchangeTimeout(RuntimeError):
 
 
 class Exchange:
-    def __init__(self, root: Path, rank: int, timeout_s: float, stand_in: bool = False):
+    def __init__(self, root: Path, rank: int, timeout_s: float, stand_in: bool = False,
+                 peers: frozenset[int] | None = None):
         self.root = Path(root)
         self.rank = rank
         self.timeout_s = timeout_s
         self.stand_in = stand_in  # read a missing peer's value from the same position of another group
+        self.peers = peers  # the ranks running now, when the launcher knows them (None: unknown)
         self.counters: dict[str, int] = {}
 
     def _key(self, channel: str) -> Path:
@@ -77,10 +82,12 @@ class Exchange:
             if stand_in is not None and stand_in.exists():
                 path = stand_in
                 break
-            if time.monotonic() > deadline:
+            absent = self.peers is not None and from_rank not in self.peers
+            if absent or time.monotonic() > deadline:
+                why = "is not running now" if absent else f"did not send it within {self.timeout_s:.0f} s"
                 raise ObjectExchangeTimeout(
                     f"maya: rank {self.rank} needs a Python object from rank {from_rank} ({channel}); rank "
-                    f"{from_rank} did not send it within {self.timeout_s:.0f} s. Object collectives need the "
+                    f"{from_rank} {why}. Object collectives need the "
                     "ranks emulated at the same time (e.g. `maya emulate --no-dedup` with enough --jobs).")
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
@@ -128,8 +135,10 @@ def _device(device):
 def install(out: Path, rank: int) -> Exchange:
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "maya")
     root = Path(os.environ.get("MAYA_EXCHANGE_DIR") or Path(out) / ".exchange" / run_id)
+    peers = os.environ.get("MAYA_EXCHANGE_PEERS")
     ex = Exchange(root, rank, float(os.environ.get("MAYA_EXCHANGE_TIMEOUT_S", "120")),
-                  stand_in=os.environ.get("MAYA_EXCHANGE_STANDIN") == "1")
+                  stand_in=os.environ.get("MAYA_EXCHANGE_STANDIN") == "1",
+                  peers=frozenset(int(r) for r in peers.split(",")) if peers else None)
     send_o, recv_o = c10d.send_object_list, c10d.recv_object_list
     bcast_o, gather_o = c10d.broadcast_object_list, c10d.all_gather_object
 

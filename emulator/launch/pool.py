@@ -169,6 +169,9 @@ class RankRunner:
         running: dict[int, tuple[subprocess.Popen, float, object]] = {}
         limit = len(ranks) if self.all_at_once else self.jobs
         label = "profiling" if self.job.profile else "emulating"
+        # a batch that starts all at once tells its ranks who is running: a Python object awaited from
+        # any other rank that has not already sent it can never come (emulator.distributed.objects)
+        base = {**self.env, "MAYA_EXCHANGE_PEERS": ",".join(map(str, ranks))} if len(ranks) <= limit else self.env
         watch = _Progress(self.job, min(ranks), self.console) if ranks and _progress_on(self.console) else None
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=self.console, transient=True,
@@ -178,7 +181,7 @@ class RankRunner:
                 while pending or running:
                     while pending and len(running) < limit and not self.stop:
                         r = pending.pop(0)
-                        env = self.env if watch is None or r != watch.rank else watch.env(self.env)
+                        env = base if watch is None or r != watch.rank else watch.env(base)
                         proc, fh = self._start(r, iterations, env)
                         running[r] = (proc, time.perf_counter(), fh)
                     if watch is not None and watch.rank in running:
