@@ -7,10 +7,11 @@ values travel through files in a folder shared by the ranks of one emulation
 (`$MAYA_EXCHANGE_DIR`, default `OUT/.exchange/<run id>`); the c10d send/recv rows of the
 transfer are still recorded by the original functions. A receiver waits for the sender up to
 `$MAYA_EXCHANGE_TIMEOUT_S` (default 120 s) and then fails with an error that says which rank's
-value it needed, so a rank emulated alone fails clearly instead of hanging. When the launcher
-says which ranks run now (`$MAYA_EXCHANGE_PEERS`: a batch that starts all at once), a value from
-any other rank that is not already written can never come, and the receiver fails at once: the
-launcher then starts the ranks that exchange objects side by side without waiting out the timeout.
+value it needed, so a rank emulated alone fails clearly instead of hanging. The launcher says
+which ranks run during a batch (`$MAYA_EXCHANGE_PEERS`); a value from any other rank that is not
+already written can never come, and the receiver fails at once: the launcher then starts the ranks
+that exchange objects side by side without waiting out the timeout. A peer of the batch that has
+not started yet (more ranks than cores) is waited for, up to the timeout.
 
 Stand-ins: every value is also written under its *group-relative* name (the group's shape, the
 sender's and receiver's positions in it, the count), which is the same for every group of one
@@ -46,7 +47,7 @@ class Exchange:
         self.rank = rank
         self.timeout_s = timeout_s
         self.stand_in = stand_in  # read a missing peer's value from the same position of another group
-        self.peers = peers  # the ranks running now, when the launcher knows them (None: unknown)
+        self.peers = peers  # the ranks that run during this batch, when the launcher says (None: unknown)
         self.counters: dict[str, int] = {}
 
     def _key(self, channel: str) -> Path:
@@ -84,7 +85,7 @@ class Exchange:
                 break
             absent = self.peers is not None and from_rank not in self.peers
             if absent or time.monotonic() > deadline:
-                why = "is not running now" if absent else f"did not send it within {self.timeout_s:.0f} s"
+                why = "does not run in this batch" if absent else f"did not send it within {self.timeout_s:.0f} s"
                 raise ObjectExchangeTimeout(
                     f"maya: rank {self.rank} needs a Python object from rank {from_rank} ({channel}); rank "
                     f"{from_rank} {why}. Object collectives need the "

@@ -169,9 +169,9 @@ class RankRunner:
         running: dict[int, tuple[subprocess.Popen, float, object]] = {}
         limit = len(ranks) if self.all_at_once else self.jobs
         label = "profiling" if self.job.profile else "emulating"
-        # a batch that starts all at once tells its ranks who is running: a Python object awaited from
-        # any other rank that has not already sent it can never come (emulator.distributed.objects)
-        base = {**self.env, "MAYA_EXCHANGE_PEERS": ",".join(map(str, ranks))} if len(ranks) <= limit else self.env
+        # the batch tells its ranks who runs during it: a Python object awaited from any other rank that has
+        # not already sent it can never come (emulator.distributed.objects)
+        base = {**self.env, "MAYA_EXCHANGE_PEERS": ",".join(map(str, ranks))}
         watch = _Progress(self.job, min(ranks), self.console) if ranks and _progress_on(self.console) else None
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=self.console, transient=True,

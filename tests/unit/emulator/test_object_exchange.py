@@ -10,7 +10,7 @@ from emulator.distributed.objects import Exchange, ObjectExchangeTimeout
 def test_a_value_from_a_rank_that_is_not_running_fails_at_once_and_names_it(tmp_path):
     receiver = Exchange(tmp_path, rank=0, timeout_s=60, peers=frozenset({0, 7}))
     t0 = time.monotonic()
-    with pytest.raises(ObjectExchangeTimeout, match=r"from rank 1 \(p2p\.pp\.1-0\); rank 1 is not running now"):
+    with pytest.raises(ObjectExchangeTimeout, match=r"from rank 1 \(p2p\.pp\.1-0\); rank 1 does not run in this batch"):
         receiver.get("p2p.pp.1-0", from_rank=1)
     assert time.monotonic() - t0 < 5
 
