@@ -79,11 +79,11 @@ class Exchange:
     def _read(self, path: Path, channel: str, from_rank: int, stand_in: Path | None = None):
         deadline = time.monotonic() + self.timeout_s
         delay = 0.005
+        absent = self.peers is not None and from_rank not in self.peers  # then it can only have sent already
         while not path.exists():
             if stand_in is not None and stand_in.exists():
                 path = stand_in
                 break
-            absent = self.peers is not None and from_rank not in self.peers
             if absent or time.monotonic() > deadline:
                 why = "does not run in this batch" if absent else f"did not send it within {self.timeout_s:.0f} s"
                 raise ObjectExchangeTimeout(
