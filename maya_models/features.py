@@ -59,6 +59,21 @@ def _transposed(stride, shape) -> float:
     return 1.0 if stride[-2] == 1 and stride[-1] != 1 and shape[-2] != 1 else 0.0
 
 
+def _strided(strides, shapes) -> float:
+    """1 when some tensor input is not laid out row-major contiguous (a transposed or sliced view): copying or
+    reading it walks memory with a stride, which on every device costs more per byte than a contiguous stream."""
+    for st, sh in zip(strides, shapes, strict=False):
+        st, sh = list(st or []), list(sh or [])
+        if len(st) != len(sh) or not sh:
+            continue
+        want = 1
+        for size, stride in zip(reversed(sh), reversed(st), strict=True):
+            if int(size) != 1 and int(stride) != want:
+                return 1.0
+            want *= int(size)
+    return 0.0
+
+
 def _hardware(spec: GPUSpec, dtype: str, family: str) -> dict:
     tensor = family in ("gemm", "conv", "attention_fwd", "attention_bwd")
     peak = spec.peak_for(dtype) if tensor else spec.peak_flops["float32"]
@@ -77,6 +92,7 @@ def _row_features(op, shapes, dtypes, strides, args, out_shapes, out_dtypes, spe
     f = {
         "op_code": op_code(op), "dtype_bytes": float(dtype_bytes(dtype)), "is_fp32": float(dtype == "float32"),
         "is_fp8": float(dtype.startswith("float8")), "n_inputs": float(len(shapes)),
+        "strided": _strided(strides, shapes),
         "flops": flops, "bytes": nbytes, "log_flops": math.log10(flops + 1), "log_bytes": math.log10(nbytes + 1),
         "intensity": flops / max(nbytes, 1.0),
     }

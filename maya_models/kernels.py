@@ -84,6 +84,9 @@ class FamilyModel:
     # per op, the largest value of each SIZE_FEATURES column over its training rows (None: a model saved before
     # these were kept, or a family outside RANGE_BOUND_FAMILIES)
     op_limits: dict[str, dict[str, float]] | None = None
+    # the measured-neighbour reading (`neighbour_table`), when a validation split of the training groups chose it
+    # over the trees: per NEIGHBOUR_KEY of a trained row, its (log_bytes, log ratio) points sorted by size
+    neighbours: dict[str, list[list[float]]] | None = None
 
     def within_op_limits(self, X: pd.DataFrame, ops) -> pd.DataFrame:
         """`X` with each row's size features capped at the largest its own op was trained on: a row past the
@@ -163,7 +166,11 @@ class FamilyModel:
             if unseen.any():
                 cols = self.generic_features
                 out[unseen] = self.generic.predict(xgb.DMatrix(X.loc[unseen, cols].values, feature_names=cols))
-        return out + self.bias
+        out = out + self.bias
+        if self.neighbours and ops is not None:
+            near = read_neighbours(self.neighbours, X, ops)
+            out = np.where(np.isnan(near), out, near)
+        return out
 
     @property
     def generic_features(self) -> list[str]:
@@ -333,7 +340,8 @@ class KernelPredictor:
                                      "max_bytes": m.max_bytes, "ops": m.ops, "elem_bytes": m.elem_bytes,
                                      "in_situ_elem_bytes": m.in_situ_elem_bytes,
                                      "in_situ_compute_elem_bytes": m.in_situ_compute_elem_bytes,
-                                     "op_limits": m.op_limits, "generic": m.generic is not None}
+                                     "op_limits": m.op_limits, "generic": m.generic is not None,
+                                     "neighbours": m.neighbours}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
 
@@ -356,7 +364,7 @@ class KernelPredictor:
             fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0),
                                     m.get("max_flops", math.inf), m.get("max_bytes", math.inf),
                                     m.get("ops"), m.get("elem_bytes"), g, m.get("in_situ_elem_bytes"),
-                                    m.get("in_situ_compute_elem_bytes"), m.get("op_limits"))
+                                    m.get("in_situ_compute_elem_bytes"), m.get("op_limits"), m.get("neighbours"))
         check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
 
@@ -430,3 +438,42 @@ def _with_flops(df: pd.DataFrame) -> pd.DataFrame:
 
 def log_ratio(duration_s: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
     return np.log(np.asarray(duration_s, float) / np.asarray(roofline_s, float))
+
+
+# What makes two rows of a family the same kernel at another size: the part (its bandwidth, units and clock), the op,
+# its element size, whether an input is a strided view (a transposing copy walks memory unlike a contiguous one)
+# and whether it was timed inside a program.
+NEIGHBOUR_KEY = ("hw_hbm_bw", "hw_sms", "hw_clock_mhz", "dtype_bytes", "strided", "in_situ")
+
+
+def _neighbour_keys(X: pd.DataFrame, ops) -> list[str]:
+    cols = [X[c].to_numpy() if c in X.columns else np.zeros(len(X)) for c in NEIGHBOUR_KEY]
+    return ["|".join([str(o), *(f"{float(v):g}" for v in vals)]) for o, *vals in zip(ops, *cols, strict=True)]
+
+
+def neighbour_table(X: pd.DataFrame, y_log_ratio: np.ndarray, ops) -> dict[str, list[list[float]]]:
+    """The measured-neighbour reading of a family: for each kernel (NEIGHBOUR_KEY) its training rows'
+    (log_bytes, log ratio), sorted by size, repeated sizes at their median. A row of a kernel the table holds is
+    read by interpolating its ratio between the two measured sizes around it (past the measured range: the
+    edge's ratio, so time scales with the roofline from the nearest measurement). Why: in a family of a few
+    dozen rows of unrelated ops (CPU copies: contiguous copy_, transposing copy_, clone and stack of scalars),
+    trees split on size across ops and read a contiguous copy between two measured sizes at the ratio of another
+    op's tiny rows (28x its measured time); the kernel's own neighbours cannot do that."""
+    df = pd.DataFrame({"key": _neighbour_keys(X, ops), "x": X["log_bytes"].to_numpy(), "y": np.asarray(y_log_ratio)})
+    table = {}
+    for key, g in df.groupby("key"):
+        pts = g.groupby("x")["y"].median().sort_index()
+        table[key] = [[float(a), float(b)] for a, b in pts.items()]
+    return table
+
+
+def read_neighbours(table: dict[str, list[list[float]]], X: pd.DataFrame, ops) -> np.ndarray:
+    """Interpolated log ratio of each row whose kernel the table holds (`neighbour_table`); NaN elsewhere."""
+    out = np.full(len(X), np.nan)
+    x = X["log_bytes"].to_numpy()
+    for i, key in enumerate(_neighbour_keys(X, ops)):
+        pts = table.get(key)
+        if pts:
+            a = np.asarray(pts)
+            out[i] = float(np.interp(x[i], a[:, 0], a[:, 1]))
+    return out

@@ -43,6 +43,8 @@ from maya_models.kernels import (
     FamilyModel,
     KernelPredictor,
     log_ratio,
+    neighbour_table,
+    read_neighbours,
 )
 from maya_models.metrics import error_stats, eval_mask, shape_group
 
@@ -152,9 +154,11 @@ def _with_eval_mask(df: pd.DataFrame) -> np.ndarray:
 
 # -- kernels -------------------------------------------------------------------------------------
 
-def _fit_family(family, X, y, groups, trained_on, num_rounds, params) -> FamilyModel:
+def _fit_family(family, X, y, groups, ops, trained_on, num_rounds, params) -> FamilyModel:
     """Trees, unless a calibrated roofline (one constant ratio) does better on a validation split
-    of the training groups: small families with few distinct shapes overfit otherwise."""
+    of the training groups: small families with few distinct shapes overfit otherwise. Trees that do
+    better there with the measured-neighbour reading (`neighbour_table`) keep it: a row of a kernel
+    measured at other sizes is read between its own neighbours, the trees answer the rest."""
     import zlib
 
     if len(X) >= 20_000 or len(set(groups)) < 3:
@@ -163,13 +167,20 @@ def _fit_family(family, X, y, groups, trained_on, num_rounds, params) -> FamilyM
     if val.all() or not val.any():
         return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
     trial = KernelPredictor.fit_family(family, X[~val], y[~val], trained_on, num_rounds, params)
-    e_tree = np.median(np.abs(np.exp(trial.log_ratio(X[val]) - y[val]) - 1))
+    r_tree = trial.log_ratio(X[val])
+    e_tree = np.median(np.abs(np.exp(r_tree - y[val]) - 1))
     bias = float(np.median(y[~val]))
     e_const = np.median(np.abs(np.exp(bias - y[val]) - 1))
     if e_const < e_tree:
         return FamilyModel(family, None, list(X.columns), trained_on + " (calibrated roofline)", len(X),
                            float(np.median(y)), float(X["flops"].max()), float(X["bytes"].max()))
-    return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
+    model = KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
+    near = read_neighbours(neighbour_table(X[~val], y[~val], ops[~val]), X[val], ops[val])
+    r_near = np.where(np.isnan(near), r_tree, near)
+    if np.mean(np.abs(np.exp(r_near - y[val]) - 1)) < np.mean(np.abs(np.exp(r_tree - y[val]) - 1)):
+        model.neighbours = neighbour_table(X, y, ops)
+        model.trained_on += " (measured neighbours)"
+    return model
 
 
 MIN_OP_ROWS = 20  # an op with fewer rows is not held out on its own
@@ -284,9 +295,10 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
         if ev.all() or not ev.any():  # too few groups to hold one out: evaluate on a row split instead
             ev = np.arange(len(data_f)) % 5 == 0
         y = log_ratio(data_f["duration_s"], X["roofline_s"])
-        model = _fit_family(fam, X[~ev].reset_index(drop=True), y[~ev],
-                            [g for g, e in zip(groups, ev, strict=True) if not e], trained_on, num_rounds, params)
         ops = data_f["op"].astype(str).to_numpy()
+        model = _fit_family(fam, X[~ev].reset_index(drop=True), y[~ev],
+                            [g for g, e in zip(groups, ev, strict=True) if not e], ops[~ev], trained_on, num_rounds,
+                            params)
         train_ops = ops[~ev]
         model.ops = {str(o): int(n) for o, n in zip(*np.unique(train_ops, return_counts=True), strict=True)}
         seen = X[~ev]

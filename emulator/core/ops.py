@@ -355,6 +355,8 @@ def flops_and_bytes(op: str, shapes, dtypes, out_shapes=None, out_dtypes=None, a
         idx_bytes = sum(tensor_bytes([s], [d]) for s, d in zip(shapes, dtypes, strict=False)
                         if d in ("int64", "int32"))
         if op == "aten::embedding_dense_backward":
+            if not out_bytes and shapes and shapes[0]:  # a benchmark row without outputs: the table its args size
+                out_bytes = tensor_bytes([[int(as_number(a.get("num_weights"))), shapes[0][-1]]], dtypes[:1])
             return 0.0, float(2 * tensor_bytes(shapes[:1], dtypes[:1]) + idx_bytes + out_bytes)
         return 0.0, float(2 * out_bytes + idx_bytes) if out_bytes else float(in_bytes)
     if fam in ("copy", "memset", "memcpy"):

@@ -61,3 +61,14 @@ def test_nll_loss_reads_the_picked_log_probabilities_not_the_whole_vocabulary():
     assert n * v * 4 < bwd < 1.01 * n * v * 4
     _, log_softmax = flops_and_bytes("aten::_log_softmax", [[n, v]], ["float32"], [[n, v]], ["float32"])
     assert log_softmax == 2 * n * v * 4  # the softmax before it does read every logit
+
+
+def test_embedding_backward_counts_the_table_its_args_size_when_the_row_has_no_outputs():
+    """A benchmark row records no outputs; the zeroed [num_weights, dim] table it writes is still its work."""
+    grad, idx = [[512, 256], [512]], ["float32", "int64"]
+    _, small = flops_and_bytes("aten::embedding_dense_backward", grad, idx, None, None, '{"num_weights": 8192}')
+    _, large = flops_and_bytes("aten::embedding_dense_backward", grad, idx, None, None, '{"num_weights": 32000}')
+    _, traced = flops_and_bytes("aten::embedding_dense_backward", grad, idx, [[32000, 256]], ["float32"],
+                                '{"num_weights": 32000}')
+    assert large - small == (32000 - 8192) * 256 * 4
+    assert traced == large  # a trace row (outputs recorded) and a benchmark row of one signature agree

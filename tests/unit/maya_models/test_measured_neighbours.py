@@ -1,0 +1,72 @@
+"""The measured-neighbour reading: a kernel measured at other sizes is read between its own neighbours, not at
+the ratio trees learned from another op's rows, and never across parts or memory layouts."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import xgboost as xgb
+
+from emulator.core.hardware import get_gpu
+from maya_models.features import featurize
+from maya_models.kernels import FamilyModel, KernelPredictor, neighbour_table
+
+CPU = get_gpu("cpu")
+
+
+def _copy(n, transposed=False, timing="in_training"):
+    rows, cols = n // 64, 64
+    src = [1, rows] if transposed else [cols, 1]
+    return {"kind": "kernel", "op": "aten::copy_", "shapes": [[rows, cols], [rows, cols]],
+            "dtypes": ["float32", "float32"], "strides": [[cols, 1], src], "args": "{}",
+            "out_shapes": [], "out_dtypes": [], "timing": timing}
+
+
+def _copy_family(measured: dict[int, float]) -> KernelPredictor:
+    """A copy family whose trees read every row at 30x the roofline (as trees misled by another op's tiny rows
+    did), with the measured contiguous copies as its neighbour table."""
+    rows = pd.DataFrame([_copy(n) for n in measured])
+    X = featurize(rows, CPU)
+    y = np.log(np.array(list(measured.values())) / X["roofline_s"].to_numpy())
+    misled = xgb.train({"max_depth": 1, "base_score": float(np.log(30.0))},
+                       xgb.DMatrix(X.values, label=np.full(len(X), np.log(30.0)), feature_names=list(X.columns)), 1)
+    model = FamilyModel("copy", misled, list(X.columns), "own", len(X),
+                        neighbours=neighbour_table(X, y, rows["op"].to_numpy()))
+    return KernelPredictor("cpu", {"copy": model})
+
+
+def test_a_copy_between_two_measured_sizes_takes_a_time_between_theirs():
+    p = _copy_family({64 * 64: 4e-6, 64 * 4096: 120e-6})
+    t = p.predict(pd.DataFrame([_copy(64 * 512)])).duration_s[0]
+    assert 4e-6 < t < 120e-6
+    at_measured = p.predict(pd.DataFrame([_copy(64 * 4096)])).duration_s[0]
+    assert at_measured == pytest.approx(120e-6, rel=1e-6)
+
+
+def test_past_the_measured_sizes_time_scales_with_the_roofline_from_the_nearest_measurement():
+    p = _copy_family({64 * 64: 4e-6, 64 * 4096: 120e-6})
+    t1, t4 = p.predict(pd.DataFrame([_copy(64 * 8192), _copy(64 * 32768)])).duration_s
+    assert t4 / t1 == pytest.approx(4.0, rel=0.01)
+
+
+def test_a_strided_copy_or_another_part_is_not_read_from_contiguous_neighbours():
+    p = _copy_family({64 * 64: 4e-6, 64 * 4096: 120e-6})
+    X = featurize(pd.DataFrame([_copy(64 * 512, transposed=True)]), CPU)
+    strided = p.predict(pd.DataFrame([_copy(64 * 512, transposed=True)])).duration_s[0]
+    assert strided == pytest.approx(30.0 * X["roofline_s"][0], rel=1e-3)  # the trees answer it
+    p.gpu = "h100"
+    on_gpu = p.predict(pd.DataFrame([_copy(64 * 512)]))
+    assert on_gpu.duration_s[0] == pytest.approx(30.0 * featurize(pd.DataFrame([_copy(64 * 512)]),
+                                                                   get_gpu("h100"))["roofline_s"][0], rel=1e-3)
+
+
+def test_the_neighbour_table_survives_save_and_load(tmp_path):
+    p = _copy_family({64 * 64: 4e-6, 64 * 4096: 120e-6})
+    before = p.predict(pd.DataFrame([_copy(64 * 512)])).duration_s[0]
+    loaded = KernelPredictor.load(p.save(tmp_path / "pred"))
+    assert loaded.families["copy"].neighbours == p.families["copy"].neighbours
+    assert loaded.predict(pd.DataFrame([_copy(64 * 512)])).duration_s[0] == pytest.approx(before)
+
+
+def test_strided_feature_marks_a_transposed_view_not_a_contiguous_tensor():
+    X = featurize(pd.DataFrame([_copy(64 * 512), _copy(64 * 512, transposed=True)]), CPU)
+    assert X["strided"].tolist() == [0.0, 1.0]
