@@ -453,9 +453,9 @@ def _neighbour_keys(X: pd.DataFrame, ops) -> list[str]:
 
 def neighbour_table(X: pd.DataFrame, y_log_ratio: np.ndarray, ops) -> dict[str, list[list[float]]]:
     """The measured-neighbour reading of a family: for each kernel (NEIGHBOUR_KEY) its training rows'
-    (log_bytes, log ratio), sorted by size, repeated sizes at their median. A row of a kernel the table holds is
-    read by interpolating its ratio between the two measured sizes around it (past the measured range: the
-    edge's ratio, so time scales with the roofline from the nearest measurement). Why: in a family of a few
+    (log_bytes, log ratio), sorted by size, repeated sizes at their median. A row of a kernel the table holds,
+    at or between its measured sizes, is read by interpolating its ratio between the two measured sizes around
+    it (`read_neighbours`). Why: in a family of a few
     dozen rows of unrelated ops (CPU copies: contiguous copy_, transposing copy_, clone and stack of scalars),
     trees split on size across ops and read a contiguous copy between two measured sizes at the ratio of another
     op's tiny rows (28x its measured time); the kernel's own neighbours cannot do that."""
@@ -468,12 +468,14 @@ def neighbour_table(X: pd.DataFrame, y_log_ratio: np.ndarray, ops) -> dict[str, 
 
 
 def read_neighbours(table: dict[str, list[list[float]]], X: pd.DataFrame, ops) -> np.ndarray:
-    """Interpolated log ratio of each row whose kernel the table holds (`neighbour_table`); NaN elsewhere."""
+    """Interpolated log ratio of each row whose kernel the table holds at a size at or between its measured
+    sizes (`neighbour_table`); NaN elsewhere. Past the measured sizes the trees answer: an op measured only on
+    tiny tensors, whose time is all launch floor, would otherwise carry that floor's ratio to megabytes."""
     out = np.full(len(X), np.nan)
     x = X["log_bytes"].to_numpy()
     for i, key in enumerate(_neighbour_keys(X, ops)):
         pts = table.get(key)
-        if pts:
+        if pts and pts[0][0] <= x[i] <= pts[-1][0]:
             a = np.asarray(pts)
             out[i] = float(np.interp(x[i], a[:, 0], a[:, 1]))
     return out
