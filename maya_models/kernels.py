@@ -455,10 +455,10 @@ def neighbour_table(X: pd.DataFrame, y_log_ratio: np.ndarray, ops) -> dict[str, 
     """The measured-neighbour reading of a family: for each kernel (NEIGHBOUR_KEY) its training rows'
     (log_bytes, log ratio), sorted by size, repeated sizes at their median. A row of a kernel the table holds,
     at or between its measured sizes, is read by interpolating its ratio between the two measured sizes around
-    it (`read_neighbours`). Why: in a family of a few
-    dozen rows of unrelated ops (CPU copies: contiguous copy_, transposing copy_, clone and stack of scalars),
-    trees split on size across ops and read a contiguous copy between two measured sizes at the ratio of another
-    op's tiny rows (28x its measured time); the kernel's own neighbours cannot do that."""
+    it (`read_neighbours`). Why: in a family of a few dozen rows of unrelated ops (CPU copies: contiguous
+    copy_, transposing copy_, clone and stack of scalars), trees split on size across ops and read a contiguous
+    copy between two measured sizes at the ratio of another op's tiny rows (28x its measured time); the
+    kernel's own neighbours cannot do that."""
     df = pd.DataFrame({"key": _neighbour_keys(X, ops), "x": X["log_bytes"].to_numpy(), "y": np.asarray(y_log_ratio)})
     table = {}
     for key, g in df.groupby("key"):
