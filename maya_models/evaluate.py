@@ -122,7 +122,8 @@ def evaluate_gpu(gpu: str, data: pd.DataFrame) -> list[dict]:
 def load_h200_holdout(holdout: Path, gemm_rows: int = 6000) -> pd.DataFrame:
     """The held-out H200 slice in the measurement schema: bf16 GEMMs (both frameworks), causal bf16
     prefill attention and NCCL (half)."""
-    from maya_models.reference.curate import AIC_COMMIT, NCCL_OPS, _aic_timing, _coll, _contig, _mm, _row
+    from emulator.core.ops import contiguous_strides
+    from maya_models.reference.curate import AIC_COMMIT, NCCL_OPS, _aic_timing, _coll, _mm, _row
 
     rows = []
     for fw in ("trtllm/1.3.0rc20", "vllm/0.24.0"):
@@ -142,7 +143,8 @@ def load_h200_holdout(holdout: Path, gemm_rows: int = 6000) -> pd.DataFrame:
         b, s, hq, hk, d = int(r.batch_size), int(r.isl), int(r.num_heads), int(r.num_key_value_heads), int(r.head_dim)
         q, kv = [b, hq, s, d], [b, hk, s, d]
         rows.append(_row(op="aten::_scaled_dot_product_flash_attention", shapes=[q, kv, kv], dtypes=["bfloat16"] * 3,
-                         strides=[_contig(q), _contig(kv), _contig(kv)], args={"dropout_p": 0.0, "is_causal": True},
+                         strides=[list(contiguous_strides(x)) for x in (q, kv, kv)],
+                         args={"dropout_p": 0.0, "is_causal": True},
                          out_shapes=[q, [b, hq, s]], out_dtypes=["bfloat16", "float32"], duration_s=r.latency * 1e-3,
                          gpu="h200", source="holdout", provenance=path, device_name=r.device, software="trtllm",
                          implementation="trtllm_fmha", **_aic_timing("h200")))

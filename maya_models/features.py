@@ -28,6 +28,7 @@ from emulator.core.ops import (
     as_number,
     attention_dims,
     collective_name,
+    contiguous_strides,
     dtype_bytes,
     flops_and_bytes,
     gemm_dims,
@@ -61,16 +62,12 @@ def _transposed(stride, shape) -> float:
 
 def _strided(strides, shapes) -> float:
     """1 when some tensor input is not laid out row-major contiguous (a transposed or sliced view): copying or
-    reading it walks memory with a stride, which on every device costs more per byte than a contiguous stream."""
+    reading it walks memory with a stride, which on every device costs more per byte than a contiguous stream.
+    A size-1 dim's stride is free, as in `torch.Tensor.is_contiguous`."""
     for st, sh in zip(strides, shapes, strict=False):
-        st, sh = list(st or []), list(sh or [])
-        if len(st) != len(sh) or not sh:
-            continue
-        want = 1
-        for size, stride in zip(reversed(sh), reversed(st), strict=True):
-            if int(size) != 1 and int(stride) != want:
-                return 1.0
-            want *= int(size)
+        if st is not None and sh is not None and len(st) == len(sh) and any(
+                int(size) != 1 and int(s) != c for size, s, c in zip(sh, st, contiguous_strides(sh), strict=True)):
+            return 1.0
     return 0.0
 
 

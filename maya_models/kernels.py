@@ -446,9 +446,12 @@ def log_ratio(duration_s: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
 NEIGHBOUR_KEY = ("hw_hbm_bw", "hw_sms", "hw_clock_mhz", "dtype_bytes", "strided", "in_situ")
 
 
-def _neighbour_keys(X: pd.DataFrame, ops) -> list[str]:
-    cols = [X[c].to_numpy() if c in X.columns else np.zeros(len(X)) for c in NEIGHBOUR_KEY]
-    return ["|".join([str(o), *(f"{float(v):g}" for v in vals)]) for o, *vals in zip(ops, *cols, strict=True)]
+def _kernels(X: pd.DataFrame, ops) -> dict[str, np.ndarray]:
+    """Row positions of each kernel (NEIGHBOUR_KEY) among the rows of `X`, by the kernel's table key; the key is
+    formatted once per kernel, not per row (a trace holds hundreds of thousands of rows of a few hundred)."""
+    cols = pd.DataFrame({"op": np.asarray(ops, dtype=str), **{c: X[c].to_numpy() for c in NEIGHBOUR_KEY}})
+    return {"|".join([op, *(f"{float(v):g}" for v in vals)]): idx
+            for (op, *vals), idx in cols.groupby(list(cols.columns), sort=False).indices.items()}
 
 
 def neighbour_table(X: pd.DataFrame, y_log_ratio: np.ndarray, ops) -> dict[str, list[list[float]]]:
@@ -459,10 +462,10 @@ def neighbour_table(X: pd.DataFrame, y_log_ratio: np.ndarray, ops) -> dict[str, 
     copy_, transposing copy_, clone and stack of scalars), trees split on size across ops and read a contiguous
     copy between two measured sizes at the ratio of another op's tiny rows (28x its measured time); the
     kernel's own neighbours cannot do that."""
-    df = pd.DataFrame({"key": _neighbour_keys(X, ops), "x": X["log_bytes"].to_numpy(), "y": np.asarray(y_log_ratio)})
+    xy = pd.DataFrame({"x": X["log_bytes"].to_numpy(), "y": np.asarray(y_log_ratio)})
     table = {}
-    for key, g in df.groupby("key"):
-        pts = g.groupby("x")["y"].median().sort_index()
+    for key, idx in _kernels(X, ops).items():
+        pts = xy.iloc[idx].groupby("x")["y"].median()  # sorted by size
         table[key] = [[float(a), float(b)] for a, b in pts.items()]
     return table
 
@@ -473,9 +476,9 @@ def read_neighbours(table: dict[str, list[list[float]]], X: pd.DataFrame, ops) -
     tiny tensors, whose time is all launch floor, would otherwise carry that floor's ratio to megabytes."""
     out = np.full(len(X), np.nan)
     x = X["log_bytes"].to_numpy()
-    for i, key in enumerate(_neighbour_keys(X, ops)):
-        pts = table.get(key)
-        if pts and pts[0][0] <= x[i] <= pts[-1][0]:
-            a = np.asarray(pts)
-            out[i] = float(np.interp(x[i], a[:, 0], a[:, 1]))
+    for key, idx in _kernels(X, ops).items():
+        if key in table:
+            a = np.asarray(table[key])
+            inside = idx[(x[idx] >= a[0, 0]) & (x[idx] <= a[-1, 0])]
+            out[inside] = np.interp(x[inside], a[:, 0], a[:, 1])
     return out

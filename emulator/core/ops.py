@@ -180,6 +180,15 @@ def numel(shape: Sequence[int]) -> int:
     return math.prod(int(s) for s in shape) if shape is not None else 0
 
 
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a row-major contiguous tensor of `shape` (a size-0 dim counts as 1)."""
+    out, acc = [], 1
+    for d in reversed(list(shape)):
+        out.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(out))
+
+
 def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES.get(str(dtype).removeprefix("torch."), 4)
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from emulator.core.ops import op_family
+from emulator.core.ops import contiguous_strides, op_family
 from maya_models.reference import published
 from maya_models.schema import signature_key
 from maya_models.warehouse import to_measurement_table
@@ -65,14 +65,6 @@ VIDUR_NET = {"a100_dgx": "a100-80gb", "h100_dgx": "h100", "a100_pairwise_nvlink"
 # H100 nodes include 4-GPU NVL VMs (docs/profiling.md). The `a100` rows are taken to be SXM4 80 GB.
 VIDUR_COMPUTE = {"a100": "a100-80gb", "h100": "h100-nvl"}
 VTRAIN = {"a100": "a100-80gb", "v100": "v100"}
-
-
-def _contig(shape):
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= int(s)
-    return list(reversed(out))
 
 
 def _row(op, shapes, dtypes, strides, args, out_shapes, out_dtypes, duration_s, gpu, source, provenance,
@@ -145,7 +137,7 @@ def aiconfigurator_attention(shared: Path) -> pd.DataFrame:
                 int(r.head_dim)
             q, kv = [b, hq, s, d], [b, hk, s, d]
             rows.append(_row(op="aten::_scaled_dot_product_flash_attention", shapes=[q, kv, kv],
-                             dtypes=["bfloat16"] * 3, strides=[_contig(q), _contig(kv), _contig(kv)],
+                             dtypes=["bfloat16"] * 3, strides=[list(contiguous_strides(x)) for x in (q, kv, kv)],
                              args={"dropout_p": 0.0, "is_causal": True}, out_shapes=[q, [b, hq, s]],
                              out_dtypes=["bfloat16", "float32"], duration_s=r.latency * MS, gpu=gpu,
                              source="aiconfigurator",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from emulator.core.ops import canonical_op, op_family, parse_args
+from emulator.core.ops import canonical_op, contiguous_strides, op_family, parse_args
 from maya_models.schema import signature_key
 
 
@@ -70,14 +70,6 @@ def canonical_args(args) -> str:
     """One JSON spelling per argument set, so equal signatures hash equally."""
     return json.dumps(parse_args(args) if not isinstance(args, dict) else args, sort_keys=True,
                       separators=(",", ":"), default=str)
-
-
-def contiguous_strides(shape) -> tuple[int, ...]:
-    out, acc = [], 1
-    for d in reversed(list(shape)):
-        out.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(out))
 
 
 class ReplayError(RuntimeError):

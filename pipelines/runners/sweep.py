@@ -21,7 +21,8 @@ from collections.abc import Iterator
 
 import torch
 
-from pipelines.runners.replay import Signature, contiguous_strides
+from emulator.core.ops import contiguous_strides
+from pipelines.runners.replay import Signature
 
 CPU_DTYPES = ("float32", "bfloat16")
 GPU_DTYPES = ("bfloat16", "float16", "float32")
