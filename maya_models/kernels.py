@@ -122,6 +122,14 @@ class FamilyModel:
             ok &= seen
         return ok
 
+    def reads_neighbours(self, X: pd.DataFrame, ops) -> np.ndarray:
+        """Rows the measured-neighbour table answers (`read_neighbours`): at or between their own kernel's
+        measured sizes. They are covered though their op has fewer than MIN_SEEN_ROWS rows: that rule keeps trees
+        from timing an op they barely saw, and an interpolation between the op's own measurements is not that."""
+        if not self.neighbours:
+            return np.zeros(len(X), dtype=bool)
+        return ~np.isnan(read_neighbours(self.neighbours, X, ops))
+
     def as_measured_where_unseen(self, X: pd.DataFrame) -> pd.DataFrame:
         """`X` with `in_situ` cleared on rows of an element size the model saw fewer than MIN_SEEN_ROWS in-situ
         rows of. The in-situ effect is learned from the profiled kernels a part has (on the H100, bf16
@@ -249,7 +257,8 @@ class KernelPredictor:
                 model = self.families[fam]
                 seen = model.seen_op(sub_ops[m])
                 r = model.log_ratio(X[m], seen, sub_ops[m])
-                pred[m] = np.where(model.covers(X[m], seen), roof[m] * np.exp(r), np.nan)
+                covered = model.covers(X[m], seen) | model.reads_neighbours(X[m], sub_ops[m])
+                pred[m] = np.where(covered, roof[m] * np.exp(r), np.nan)
             idx = np.flatnonzero(learned)
             ok = np.isfinite(pred) & (pred > 0)
             out[idx[ok]] = pred[ok]

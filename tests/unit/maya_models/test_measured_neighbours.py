@@ -73,3 +73,28 @@ def test_the_neighbour_table_survives_save_and_load(tmp_path):
 def test_strided_feature_marks_a_transposed_view_not_a_contiguous_tensor():
     X = featurize(pd.DataFrame([_copy(64 * 512), _copy(64 * 512, transposed=True)]), CPU)
     assert X["strided"].tolist() == [0.0, 1.0]
+
+
+def _fill(n):
+    return {"kind": "kernel", "op": "aten::fill_", "shapes": [[n // 256, 256]], "dtypes": ["float32"],
+            "strides": [[256, 1]], "args": "{}", "out_shapes": [], "out_dtypes": [], "timing": "host_timer"}
+
+
+def test_an_op_with_few_rows_is_read_between_its_own_sizes_and_past_them_falls_back():
+    """An op measured at fewer than MIN_SEEN_ROWS sizes in a family without a generic model: its trees are not
+    trusted (the roofline answers, labelled fallback), but between its own measured sizes the table is."""
+    measured = {256 * 256: 4e-6, 256 * 4096: 90e-6}
+    rows = pd.DataFrame([_fill(n) for n in measured])
+    X = featurize(rows, CPU)
+    y = np.log(np.array(list(measured.values())) / X["roofline_s"].to_numpy())
+    trees = xgb.train({"max_depth": 1}, xgb.DMatrix(X.values, label=y, feature_names=list(X.columns)), 1)
+    model = FamilyModel("memset", trees, list(X.columns), "own", len(X), ops={"aten::fill_": len(X)},
+                        neighbours=neighbour_table(X, y, rows["op"].to_numpy()))
+    p = KernelPredictor("cpu", {"memset": model})
+    between = p.predict(pd.DataFrame([_fill(256 * 1024)]))
+    assert between.source[0] == "learned"
+    assert 4e-6 < between.duration_s[0] < 90e-6
+    past = pd.DataFrame([_fill(256 * 65536)])
+    out = p.predict(past)
+    assert out.source[0] == "fallback"
+    assert out.duration_s[0] == pytest.approx(featurize(past, CPU)["roofline_s"][0], rel=1e-6)
