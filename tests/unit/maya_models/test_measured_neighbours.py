@@ -98,3 +98,25 @@ def test_an_op_with_few_rows_is_read_between_its_own_sizes_and_past_them_falls_b
     out = p.predict(past)
     assert out.source[0] == "fallback"
     assert out.duration_s[0] == pytest.approx(featurize(past, CPU)["roofline_s"][0], rel=1e-6)
+
+
+def _softmax_bwd(op, n, timing="host_timer"):
+    x = [n // 512, 512]
+    return {"kind": "kernel", "op": op, "shapes": [x, x], "dtypes": ["float32", "float32"],
+            "strides": [[512, 1], [512, 1]], "args": "{}", "out_shapes": [], "out_dtypes": [], "timing": timing}
+
+
+def test_the_table_is_kept_when_an_op_with_few_rows_would_be_read_by_op_blind_trees():
+    """The family's choice mirrors prediction: an op with fewer than MIN_SEEN_ROWS rows is read by the op-blind
+    trees, here at its sibling's 4x ratio, while its own neighbours say 1x; the table must win that choice."""
+    from maya_models.train import _fit_family
+
+    sizes = [512 * 2 ** k for k in range(4, 16)]
+    rows = [(_softmax_bwd("aten::_log_softmax_backward_data", n), 4.0) for n in sizes for _ in range(3)]
+    rows += [(_softmax_bwd("aten::_softmax_backward_data", n), 1.0) for n in sizes]
+    df = pd.DataFrame([r for r, _ in rows])
+    X = featurize(df, CPU)
+    y = np.log(np.array([f for _, f in rows]))
+    groups = [f"{r['op']}|{r['shapes'][0][0]}" for r, _ in rows]
+    model = _fit_family("softmax_loss", X, y, groups, df["op"].to_numpy(), "own", 50, None)
+    assert model.neighbours is not None
