@@ -231,18 +231,22 @@ def _grids(device: torch.device) -> dict:
                     attn=[(4, 16, 1024, 128), (1, 32, 4096, 128), (8, 16, 512, 64), (2, 32, 2048, 128),
                           (1, 8, 8192, 128), (16, 12, 1024, 64)],
                     rows=[2048, 8192, 32768], hidden=[1024, 4096, 8192],
+                    norm_rows=[2048, 8192, 32768], norm_hidden=[1024, 4096, 8192],
                     sm_rows=[2048, 8192], sm_cols=[1024, 32000, 128256],
                     vocab=[32000, 128256], tokens=[4096, 32768], emb_dims=[2048, 4096],
                     n_tensors=[16, 64], numels=[2**16, 2**20, 2**24],
                     memcpy=[2**10, 2**16, 2**20, 2**24, 2**28])
     # CPU: enough attention configurations (x causal) that each element size keeps MIN_SEEN_ROWS training rows
     # per op after the held-out shape groups leave (maya_models.kernels): with nine (18 per dtype and op),
-    # every SDPA call on the CPU was the roofline's, at a third to a quarter of its measured time
+    # every SDPA call on the CPU was the roofline's, at a third to a quarter of its measured time. The same for the
+    # norms: with the elementwise grid's four shapes, their fp32 rows numbered 14 after the held-out groups left,
+    # and every CPU LayerNorm was the roofline's; softmax/loss gets sizes between its corners for the same reason
     return dict(gemm=[64, 256, 512, 1024], attn=[(1, 4, 128, 64), (2, 8, 256, 64), (1, 8, 512, 64), (4, 8, 128, 32),
                                                  (2, 4, 512, 32), (1, 12, 256, 64), (2, 8, 1024, 16), (4, 4, 256, 16),
                                                  (1, 2, 2048, 64), (8, 4, 128, 32), (2, 8, 512, 32), (4, 8, 256, 32),
                                                  (1, 16, 256, 64), (2, 2, 1024, 64), (4, 12, 128, 64), (8, 8, 64, 64)],
-                rows=[256, 2048], hidden=[256, 1024], sm_rows=[256, 1024], sm_cols=[1024, 8192],
+                rows=[256, 2048], hidden=[256, 1024], norm_rows=[256, 1024, 2048, 4096], norm_hidden=[256, 512, 1024],
+                sm_rows=[256, 512, 1024], sm_cols=[1024, 4096, 8192],
                 vocab=[8192, 32000], tokens=[512, 4096], emb_dims=[256, 768],
                 n_tensors=[4, 16], numels=[2**12, 2**16], memcpy=[2**12, 2**16, 2**20, 2**24])
 
@@ -256,7 +260,7 @@ def designed_sweep(device: torch.device, dtypes: tuple[str, ...] | None = None) 
         gemm(g["gemm"], dtypes),
         attention(device, g["attn"], dtypes),
         elementwise(g["rows"], g["hidden"], dtypes),
-        norms(g["rows"], g["hidden"], dtypes),
+        norms(g["norm_rows"], g["norm_hidden"], dtypes),
         softmax_loss(g["sm_rows"], g["sm_cols"], dtypes),
         embedding(g["vocab"], g["tokens"], g["emb_dims"], dtypes),
         optimizer(g["n_tensors"], g["numels"], dtypes),

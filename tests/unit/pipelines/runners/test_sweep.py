@@ -32,3 +32,15 @@ def test_the_sweep_measures_addmm_in_both_weight_layouts_programs_use():
             (_, k), (_, n) = s.shapes[1], s.shapes[2]
             layouts[{(1, k): "linear", (n, 1): "conv1d"}[tuple(s.strides[2])]] += 1
     assert layouts["linear"] == layouts["conv1d"] > 0
+
+
+def test_cpu_sweep_leaves_the_norms_learnable_in_every_element_size():
+    """A norm family with fewer than MIN_SEEN_ROWS training rows of an element size is the roofline's (labelled
+    fallback) for that size: every CPU LayerNorm was, with the elementwise grid's four shapes."""
+    sigs = [s for s in designed_sweep(torch.device("cpu")) if s.family == "norm"]
+    df = pd.DataFrame({"op": [s.op for s in sigs], "family": [s.family for s in sigs],
+                       "shapes": [[list(x) for x in s.shapes] for s in sigs], "dtypes": [list(s.dtypes) for s in sigs]})
+    train = df[~eval_mask(df)]
+    per_dtype = Counter(train["dtypes"].map(lambda d: d[0]))
+    assert set(per_dtype) == {"float32", "bfloat16"}
+    assert min(per_dtype.values()) >= MIN_SEEN_ROWS, per_dtype
