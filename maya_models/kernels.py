@@ -34,6 +34,7 @@ KERNEL_KINDS = ("kernel", "memset")
 MAX_LOG_RATIO = 6.0  # a learned correction never moves the roofline by more than e^6 either way
 EXTRAPOLATION = 4.0  # how far past its largest training row a family model is trusted (flops and bytes)
 MIN_SEEN_ROWS = 20  # an element size or op seen in fewer training rows than this is not one the model learned
+MIN_OWN_TREE_ROWS = 5  # the fewest rows of an op its op-aware trees may read it from, where the folds say so
 # Families whose ops share one kind of kernel, so that an op the trees never saw is timed by a second
 # model trained without the op's identity (`FamilyModel.generic`), from its sizes and bytes: PyTorch's
 # vectorised elementwise and reduction templates for the memory-bound ones, cuBLAS GEMMs for `gemm`
@@ -87,6 +88,9 @@ class FamilyModel:
     # the measured-neighbour reading (`neighbour_table`), when a validation split of the training groups chose it
     # over the trees: per NEIGHBOUR_KEY of a trained row, its (log_bytes, log ratio) points sorted by size
     neighbours: dict[str, list[list[float]]] | None = None
+    # the rows an op needs for the op-aware trees to read it; an op with fewer is read by `generic` (or, without
+    # one, is not covered). MIN_OWN_TREE_ROWS where the family's training folds found its own trees better on such ops
+    min_op_rows: int = MIN_SEEN_ROWS
 
     def within_op_limits(self, X: pd.DataFrame, ops) -> pd.DataFrame:
         """`X` with each row's size features capped at the largest its own op was trained on: a row past the
@@ -109,7 +113,7 @@ class FamilyModel:
     def seen_op(self, ops) -> np.ndarray:
         if self.ops is None or self.booster is None:  # a constant ratio is the same for every op
             return np.ones(len(ops), dtype=bool)
-        return np.array([self.ops.get(o, 0) >= MIN_SEEN_ROWS for o in ops], dtype=bool)
+        return np.array([self.ops.get(o, 0) >= self.min_op_rows for o in ops], dtype=bool)
 
     def covers(self, X: pd.DataFrame, seen: np.ndarray | None = None) -> np.ndarray:
         """Rows inside what the model learned: not far past its largest work, an element size it saw, and an
@@ -350,7 +354,7 @@ class KernelPredictor:
                                      "in_situ_elem_bytes": m.in_situ_elem_bytes,
                                      "in_situ_compute_elem_bytes": m.in_situ_compute_elem_bytes,
                                      "op_limits": m.op_limits, "generic": m.generic is not None,
-                                     "neighbours": m.neighbours}
+                                     "neighbours": m.neighbours, "min_op_rows": m.min_op_rows}
         (path / "predictor.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
 
@@ -373,7 +377,8 @@ class KernelPredictor:
             fams[fam] = FamilyModel(fam, b, m["features"], m["trained_on"], m["rows"], m.get("bias", 0.0),
                                     m.get("max_flops", math.inf), m.get("max_bytes", math.inf),
                                     m.get("ops"), m.get("elem_bytes"), g, m.get("in_situ_elem_bytes"),
-                                    m.get("in_situ_compute_elem_bytes"), m.get("op_limits"), m.get("neighbours"))
+                                    m.get("in_situ_compute_elem_bytes"), m.get("op_limits"), m.get("neighbours"),
+                                    m.get("min_op_rows", MIN_SEEN_ROWS))
         check_fingerprint(meta.get("info", {}), f"kernel predictor for {meta['gpu']}")
         return cls(meta["gpu"], fams, meta.get("info", {}))
 

@@ -36,6 +36,7 @@ from maya_models.kernels import (
     KERNEL_KINDS,
     MAX_LOG_RATIO,
     MIN_BEST_FLOPS,
+    MIN_OWN_TREE_ROWS,
     MIN_SEEN_ROWS,
     NUM_ROUNDS,
     RANGE_BOUND_FAMILIES,
@@ -175,7 +176,10 @@ def _fit_family(family, X, y, groups, ops, trained_on, num_rounds, params) -> Fa
         return FamilyModel(family, None, list(X.columns), trained_on + " (calibrated roofline)", len(X),
                            float(np.median(y)), float(X["flops"].max()), float(X["bytes"].max()))
     model = KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
-    if _neighbours_beat_trees(family, X, y, groups, ops, trained_on, num_rounds, params):
+    folds = _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params)
+    if _own_trees_beat_generic(folds):
+        model.min_op_rows = MIN_OWN_TREE_ROWS
+    if _neighbours_beat_trees(folds, model.min_op_rows):
         model.neighbours = neighbour_table(X, y, ops)
         model.trained_on += " (measured neighbours)"
     return model
@@ -184,28 +188,59 @@ def _fit_family(family, X, y, groups, ops, trained_on, num_rounds, params) -> Fa
 TABLE_FOLDS = 5
 
 
-def _neighbours_beat_trees(family, X, y, groups, ops, trained_on, num_rounds, params) -> bool:
-    """Whether reading rows between their kernel's measured neighbours beats the trees' mean error, every training
-    row read by a table and trees that never saw its shape group (TABLE_FOLDS folds of the groups), the trees as
-    predictions use them (an op with fewer than MIN_SEEN_ROWS rows read by the family's op-blind trees). One fold's
-    dozen rows of a small family decided it by one outlier: the same CPU sweep, calibrated twice, kept the table
-    for its copies once and not the other time, when a contiguous copy_ of [128, 64] was read at 18x its time."""
+def _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params) -> list[dict]:
+    """Each training row read by models that never saw its shape group (TABLE_FOLDS folds of the groups): the
+    op-aware trees, the op-blind trees (GENERIC_FAMILIES), the measured-neighbour table (NaN where it has no
+    reading), and how many rows of the row's op that fold trained on. The family's two choices rest on these,
+    not on one fold: one fold's dozen rows of a small family decided the table by one outlier (the same CPU
+    sweep, calibrated twice, kept the table for its copies once and not the other time, when a contiguous copy_
+    of [128, 64] was read at 18x its time)."""
     import zlib
 
     fold = np.array([zlib.crc32(g.encode()) % TABLE_FOLDS for g in groups])
-    e_tree, e_near = [], []
+    out = []
     for k in range(TABLE_FOLDS):
         val = fold == k
         if val.all() or not val.any():
             continue
-        trees = KernelPredictor.fit_family(family, X[~val], y[~val], trained_on, num_rounds, params)
-        trees.ops = {str(o): int(n) for o, n in zip(*np.unique(ops[~val], return_counts=True), strict=True)}
-        if family in GENERIC_FAMILIES:  # as predictions run: an op the fold barely saw is the op-blind trees'
-            trees.generic = KernelPredictor.fit_generic(X[~val].reset_index(drop=True), y[~val], num_rounds, params)
-        r_tree = trees.log_ratio(X[val], trees.seen_op(ops[val]))
-        near = read_neighbours(neighbour_table(X[~val], y[~val], ops[~val]), X[val], ops[val])
-        e_tree.append(np.abs(np.exp(r_tree - y[val]) - 1))
-        e_near.append(np.abs(np.exp(np.where(np.isnan(near), r_tree, near) - y[val]) - 1))
+        fit = X[~val].reset_index(drop=True)
+        trees = KernelPredictor.fit_family(family, fit, y[~val], trained_on, num_rounds, params)
+        aware, blind = trees.log_ratio(X[val]), None
+        if family in GENERIC_FAMILIES:
+            trees.generic = KernelPredictor.fit_generic(fit, y[~val], num_rounds, params)
+            blind = trees.log_ratio(X[val], np.zeros(int(val.sum()), dtype=bool))  # every row as an unseen op's
+        counts = dict(zip(*np.unique(ops[~val], return_counts=True), strict=True))
+        out.append({"y": y[val], "aware": aware, "blind": blind,
+                    "near": read_neighbours(neighbour_table(fit, y[~val], ops[~val]), X[val], ops[val]),
+                    "op_rows": np.array([counts.get(o, 0) for o in ops[val]])})
+    return out
+
+
+def _ape(r, y) -> np.ndarray:
+    return np.abs(np.exp(r - y) - 1)
+
+
+def _own_trees_beat_generic(folds: list[dict]) -> bool:
+    """Whether an op with MIN_OWN_TREE_ROWS to MIN_SEEN_ROWS rows is better read by the family's op-aware trees than by
+    its op-blind ones. Op-blind trees cannot tell apart ops with the same sizes: the CPU's `_softmax_backward_data`
+    runs 2-4x faster than `_log_softmax_backward_data` of the same shape, and was read at its time."""
+    aware, blind = [], []
+    for f in folds:
+        few = (f["op_rows"] >= MIN_OWN_TREE_ROWS) & (f["op_rows"] < MIN_SEEN_ROWS)
+        if f["blind"] is not None and few.any():
+            aware.append(_ape(f["aware"][few], f["y"][few]))
+            blind.append(_ape(f["blind"][few], f["y"][few]))
+    return bool(aware) and np.mean(np.concatenate(aware)) < np.mean(np.concatenate(blind))
+
+
+def _neighbours_beat_trees(folds: list[dict], min_op_rows: int) -> bool:
+    """Whether reading rows between their kernel's measured neighbours beats the trees' mean error over the folds,
+    the trees read as predictions read them (an op with fewer than `min_op_rows` rows by the op-blind trees)."""
+    e_tree, e_near = [], []
+    for f in folds:
+        r_tree = f["aware"] if f["blind"] is None else np.where(f["op_rows"] >= min_op_rows, f["aware"], f["blind"])
+        e_tree.append(_ape(r_tree, f["y"]))
+        e_near.append(_ape(np.where(np.isnan(f["near"]), r_tree, f["near"]), f["y"]))
     return bool(e_tree) and np.mean(np.concatenate(e_near)) < np.mean(np.concatenate(e_tree))
 
 

@@ -120,3 +120,29 @@ def test_the_table_is_kept_when_an_op_with_few_rows_would_be_read_by_op_blind_tr
     groups = [f"{r['op']}|{r['shapes'][0][0]}" for r, _ in rows]
     model = _fit_family("softmax_loss", X, y, groups, df["op"].to_numpy(), "own", 50, None)
     assert model.neighbours is not None
+
+
+def test_an_op_with_few_rows_is_read_by_its_own_trees_where_the_folds_say_they_beat_the_op_blind_ones(tmp_path):
+    """`_softmax_backward_data` and `_log_softmax_backward_data` have the same sizes and differ 4x in time: op-blind
+    trees cannot tell them apart, so the family reads an op of 12 rows with its op-aware trees, also after a reload."""
+    from maya_models.kernels import MIN_OWN_TREE_ROWS
+    from maya_models.train import _fit_family
+
+    sizes = [512 * 2 ** k for k in range(4, 16)]
+    rows = [(_softmax_bwd("aten::_log_softmax_backward_data", n), 4.0 + k / 4) for k, n in enumerate(sizes)
+            for _ in range(3)]
+    rows += [(_softmax_bwd("aten::_softmax_backward_data", n), 1.0 + k / 16) for k, n in enumerate(sizes)]
+    df = pd.DataFrame([r for r, _ in rows])
+    X = featurize(df, CPU)
+    y = np.log(np.array([f for _, f in rows]))
+    ops = df["op"].to_numpy()
+    model = _fit_family("softmax_loss", X, y, [f"{o}|{n}" for o, n in zip(ops, X["bytes"], strict=True)], ops,
+                        "own", 50, None)
+    assert model.min_op_rows == MIN_OWN_TREE_ROWS
+    model.ops = {str(o): int(n) for o, n in zip(*np.unique(ops, return_counts=True), strict=True)}
+    model.generic = KernelPredictor.fit_generic(X, y, 50)
+    model.neighbours = None  # the trees' reading, not the table's
+    p = KernelPredictor.load(KernelPredictor("cpu", {"softmax_loss": model}).save(tmp_path / "pred"))
+    row = pd.DataFrame([_softmax_bwd("aten::_softmax_backward_data", 512 * 2 ** 9 * 3)])
+    ratio = p.predict(row).duration_s[0] / featurize(row, CPU)["roofline_s"][0]
+    assert 1.0 < ratio < 2.5, ratio  # its own ratio there is 1.56-1.63; its sibling's 6.25-6.5
