@@ -156,27 +156,20 @@ def _with_eval_mask(df: pd.DataFrame) -> np.ndarray:
 # -- kernels -------------------------------------------------------------------------------------
 
 def _fit_family(family, X, y, groups, ops, trained_on, num_rounds, params) -> FamilyModel:
-    """Trees, unless a calibrated roofline (one constant ratio) does better on a validation split
-    of the training groups: small families with few distinct shapes overfit otherwise. Trees that do
-    better there with the measured-neighbour reading (`neighbour_table`) keep it: a row of a kernel
-    measured at other sizes is read between its own neighbours, the trees answer the rest."""
-    import zlib
-
+    """Trees, unless a calibrated roofline (one constant ratio) does better on a validation split of the training
+    groups (fold CONSTANT_FOLD of `_fold_readings`): small families with few distinct shapes overfit otherwise. Over
+    all the folds, the trees then choose how they read an op with few rows (`_own_trees_beat_generic`) and whether
+    the measured-neighbour reading (`neighbour_table`) answers the rows between a kernel's own measured sizes."""
     if len(X) >= 20_000 or len(set(groups)) < 3:
         return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
-    val = np.array([zlib.crc32(g.encode()) % 5 == 1 for g in groups])
-    if val.all() or not val.any():
+    folds = _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params)
+    first = next((f for f in folds if f["fold"] == CONSTANT_FOLD), None)
+    if first is None:
         return KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
-    trial = KernelPredictor.fit_family(family, X[~val], y[~val], trained_on, num_rounds, params)
-    r_tree = trial.log_ratio(X[val])
-    e_tree = np.median(np.abs(np.exp(r_tree - y[val]) - 1))
-    bias = float(np.median(y[~val]))
-    e_const = np.median(np.abs(np.exp(bias - y[val]) - 1))
-    if e_const < e_tree:
+    if np.median(_ape(first["bias"], first["y"])) < np.median(_ape(first["aware"], first["y"])):
         return FamilyModel(family, None, list(X.columns), trained_on + " (calibrated roofline)", len(X),
                            float(np.median(y)), float(X["flops"].max()), float(X["bytes"].max()))
     model = KernelPredictor.fit_family(family, X, y, trained_on, num_rounds, params)
-    folds = _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params)
     if _own_trees_beat_generic(folds):
         model.min_op_rows = MIN_OWN_TREE_ROWS
     if _neighbours_beat_trees(folds, model.min_op_rows):
@@ -186,15 +179,16 @@ def _fit_family(family, X, y, groups, ops, trained_on, num_rounds, params) -> Fa
 
 
 TABLE_FOLDS = 5
+CONSTANT_FOLD = 1  # the fold whose rows choose between trees and a calibrated roofline
 
 
 def _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params) -> list[dict]:
     """Each training row read by models that never saw its shape group (TABLE_FOLDS folds of the groups): the
     op-aware trees, the op-blind trees (GENERIC_FAMILIES), the measured-neighbour table (NaN where it has no
-    reading), and how many rows of the row's op that fold trained on. The family's two choices rest on these,
-    not on one fold: one fold's dozen rows of a small family decided the table by one outlier (the same CPU
-    sweep, calibrated twice, kept the table for its copies once and not the other time, when a contiguous copy_
-    of [128, 64] was read at 18x its time)."""
+    reading), a constant ratio (the median of the fold's training rows), and how many rows of the row's op that
+    fold trained on. The family's choices rest on these, not on one fold: one fold's dozen rows of a small family
+    decided the table by one outlier (the same CPU sweep, calibrated twice, kept the table for its copies once and
+    not the other time, when a contiguous copy_ of [128, 64] was read at 18x its time)."""
     import zlib
 
     fold = np.array([zlib.crc32(g.encode()) % TABLE_FOLDS for g in groups])
@@ -210,7 +204,7 @@ def _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params) ->
             trees.generic = KernelPredictor.fit_generic(fit, y[~val], num_rounds, params)
             blind = trees.log_ratio(X[val], np.zeros(int(val.sum()), dtype=bool))  # every row as an unseen op's
         counts = dict(zip(*np.unique(ops[~val], return_counts=True), strict=True))
-        out.append({"y": y[val], "aware": aware, "blind": blind,
+        out.append({"fold": k, "y": y[val], "aware": aware, "blind": blind, "bias": float(np.median(y[~val])),
                     "near": read_neighbours(neighbour_table(fit, y[~val], ops[~val]), X[val], ops[val]),
                     "op_rows": np.array([counts.get(o, 0) for o in ops[val]])})
     return out
@@ -218,6 +212,11 @@ def _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params) ->
 
 def _ape(r, y) -> np.ndarray:
     return np.abs(np.exp(r - y) - 1)
+
+
+def _lower_mean(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    """Whether the errors `a` (per fold) average below `b`; False without any."""
+    return bool(a) and np.mean(np.concatenate(a)) < np.mean(np.concatenate(b))
 
 
 def _own_trees_beat_generic(folds: list[dict]) -> bool:
@@ -230,7 +229,7 @@ def _own_trees_beat_generic(folds: list[dict]) -> bool:
         if f["blind"] is not None and few.any():
             aware.append(_ape(f["aware"][few], f["y"][few]))
             blind.append(_ape(f["blind"][few], f["y"][few]))
-    return bool(aware) and np.mean(np.concatenate(aware)) < np.mean(np.concatenate(blind))
+    return _lower_mean(aware, blind)
 
 
 def _neighbours_beat_trees(folds: list[dict], min_op_rows: int) -> bool:
@@ -241,7 +240,7 @@ def _neighbours_beat_trees(folds: list[dict], min_op_rows: int) -> bool:
         r_tree = f["aware"] if f["blind"] is None else np.where(f["op_rows"] >= min_op_rows, f["aware"], f["blind"])
         e_tree.append(_ape(r_tree, f["y"]))
         e_near.append(_ape(np.where(np.isnan(f["near"]), r_tree, f["near"]), f["y"]))
-    return bool(e_tree) and np.mean(np.concatenate(e_near)) < np.mean(np.concatenate(e_tree))
+    return _lower_mean(e_near, e_tree)
 
 
 MIN_OP_ROWS = 20  # an op with fewer rows is not held out on its own
