@@ -31,8 +31,8 @@ class Estimates:
     kernels: str = ""
     collectives: str = ""
     adjusted_s: float = 0.0  # device seconds (all ranks) the analytical training-condition adjustment added
-    # (op family, iteration) -> [device seconds, of which fallback, of which the adjustment], all ranks
-    by_family_iteration: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    # (op family, phase, iteration) -> [device seconds, of which fallback, of which the adjustment], all ranks
+    by_family_iteration: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
     conditions: dict = field(default_factory=dict)  # the kernel predictor's training-condition adjustment
 
     @property
@@ -47,23 +47,32 @@ class Estimates:
     def family_budget(self, iterations: list[int], ranks: int) -> dict[str, dict[str, float]]:
         """Per op family, device seconds per iteration and rank over `iterations` (steady ones), with the
         shares timed by the fallback and added by the adjustment."""
+        return self._budget(iterations, ranks, by=0)
+
+    def phase_budget(self, iterations: list[int], ranks: int) -> dict[str, dict[str, float]]:
+        """The same per phase of the step (forward, backward, optimizer, other: the module tracker's `phase`
+        of each row): which pass carries a case's error, where a measurement splits the step by pass
+        (NeuSight's forward and backward latencies, a CPU profile's rows)."""
+        return self._budget(iterations, ranks, by=1)
+
+    def _budget(self, iterations: list[int], ranks: int, by: int) -> dict[str, dict[str, float]]:
         out: dict[str, list[float]] = {}
         wanted = set(iterations)
-        for (fam, it), (s, fb, adj) in self.by_family_iteration.items():
-            if it in wanted:
-                acc = out.setdefault(fam, [0.0, 0.0, 0.0])
+        for key, (s, fb, adj) in self.by_family_iteration.items():
+            if key[2] in wanted:
+                acc = out.setdefault(key[by], [0.0, 0.0, 0.0])
                 acc[0] += s
                 acc[1] += fb
                 acc[2] += adj
         n = max(len(wanted), 1) * max(ranks, 1)
-        return {fam: {"device_s": s / n, "fallback_share": fb / s if s else 0.0,
-                      "adjusted_share": adj / s if s else 0.0}
-                for fam, (s, fb, adj) in sorted(out.items(), key=lambda kv: -kv[1][0])}
+        return {k: {"device_s": s / n, "fallback_share": fb / s if s else 0.0,
+                    "adjusted_share": adj / s if s else 0.0}
+                for k, (s, fb, adj) in sorted(out.items(), key=lambda kv: -kv[1][0])}
 
 
-def _add_budget(budget: dict, families, iterations, d, fallback, adjusted, weight: float) -> None:
-    for fam, it, dd, fb, adj in zip(families, iterations, d, fallback, adjusted, strict=True):
-        acc = budget.setdefault((fam, it), [0.0, 0.0, 0.0])
+def _add_budget(budget: dict, families, phases, iterations, d, fallback, adjusted, weight: float) -> None:
+    for fam, ph, it, dd, fb, adj in zip(families, phases, iterations, d, fallback, adjusted, strict=True):
+        acc = budget.setdefault((fam, ph, it), [0.0, 0.0, 0.0])
         acc[0] += dd * weight
         acc[1] += (dd if fb else 0.0) * weight
         acc[2] += adj * weight
@@ -113,8 +122,8 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
                 by_source[src] = by_source.get(src, 0.0) + float(d[i:i + n][s[i:i + n] == src].sum()) * rep_count[r]
             adjusted_total += float(a[i:i + n].sum()) * rep_count[r]
             rep = job.reps[r]
-            _add_budget(budget, [op_family(rep.op[j]) for j in rows], [rep.iteration[j] for j in rows], d[i:i + n],
-                        s[i:i + n] == FALLBACK, a[i:i + n], rep_count[r])
+            _add_budget(budget, [op_family(rep.op[j]) for j in rows], [rep.phase[j] for j in rows],
+                        [rep.iteration[j] for j in rows], d[i:i + n], s[i:i + n] == FALLBACK, a[i:i + n], rep_count[r])
             i += n
     # ops the host's CPU runs on offloaded tensors: no GPU predictor applies; the host model of the
     # roofline (labelled fallback), host time rather than device time in the coverage shares
@@ -171,8 +180,8 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
         src = cs[ids]
         for s in ("learned", "fallback"):
             by_source[s] = by_source.get(s, 0.0) + float(cd[ids][src == s].sum()) * count
-        _add_budget(budget, [rep.kind[j] for j in rep.comm_rows], [rep.iteration[j] for j in rep.comm_rows],
-                    cd[ids], src == FALLBACK, np.zeros(len(ids)), count)
+        _add_budget(budget, [rep.kind[j] for j in rep.comm_rows], [rep.phase[j] for j in rep.comm_rows],
+                    [rep.iteration[j] for j in rep.comm_rows], cd[ids], src == FALLBACK, np.zeros(len(ids)), count)
     durations = [base[v.rep.rank] if place is None else arrays[place]
                  for v, place in zip(job.ranks, of_rank, strict=True)]
     label = collectives.label

@@ -204,6 +204,8 @@ class Prediction:
     gpu_variant: dict | None = None  # a variant of a known part: its base and what differs (emulator.core.variants)
     notes: list[str] = field(default_factory=list)
     cuda_event_timings: list[dict] = field(default_factory=list)  # emulator.simulate.cuda_events
+    # phase (forward, backward, optimizer, other) -> device_s per steady iteration and rank, as by family
+    device_time_by_phase: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -258,6 +260,7 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
                        adjusted_share=estimates.adjusted_share if estimates else None,
                        conditions=estimates.conditions if estimates else {}),
         device_time_by_family=estimates.family_budget(steady, world) if estimates and steady else {},
+        device_time_by_phase=estimates.phase_budget(steady, world) if estimates and steady else {},
         emulation_wall_s=summary.emulation_wall_s,
         simulation_wall_s=simulation_wall_s,
         hang=hang.to_dict() if hang else None,

@@ -55,6 +55,9 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     b = pred.get("breakdown_s") or {}
     for k in ("compute", "communication", "exposed_communication", "host", "idle"):
         t.add_row(f"  {k.replace('_', ' ')}", _t(b.get(k)))
+    phases = pred.get("device_time_by_phase") or {}
+    if phases:
+        t.add_row("device time by phase (per rank)", ", ".join(f"{ph} {_t(v['device_s'])}" for ph, v in phases.items()))
     if pred.get("tokens_per_s"):
         t.add_row("tokens / s", f"{pred['tokens_per_s']:,.0f}")
     t.add_row("MFU", _pct(pred.get("mfu")) + f" (vs {pred.get('mfu_peak_dtype')} peak)")

@@ -5,7 +5,9 @@ For every case: maya's predicted device time per steady iteration and rank, spli
 held-out error of that family's learned model (the champion predictor's MLflow metrics). For cases
 with per-op ground truth (a CPU case's full `maya profile`, which times every op; NeuSight's per-op labels
 of its single-GPU rows, `pipelines.validation.label_ops`), the measured time of each family beside the
-predicted one. A case more than `FLAG_ERROR` from its measurement
+predicted one. The same split by phase of the step (forward, backward, optimizer, other; prediction.json
+`device_time_by_phase`), measured where the case splits its step by pass: a CPU case's profile, NeuSight's
+forward and backward latencies of its single-GPU rows. A case more than `FLAG_ERROR` from its measurement
 is flagged with its largest family errors (measured where known, else the family's time x its
 held-out error), never averaged away.
 """
@@ -22,16 +24,29 @@ HOST, IDLE = "host", "idle"
 
 def measured_by_family(traces: dict, steady: list[int]) -> dict[str, float]:
     """Measured device seconds per steady iteration and rank, per family, from a profile's `duration_s`."""
+    return _measured_by(traces, steady, lambda op, kind, phase: "memcpy" if kind == "memcpy" else
+                        kind if kind in ("collective", "p2p") else op_family(op))
+
+
+def measured_by_phase(traces: dict, steady: list[int]) -> dict[str, float]:
+    """The same per phase of the step (the module tracker's `phase` of each row, as the prediction splits it)."""
+    return _measured_by(traces, steady, lambda op, kind, phase: phase or "other")
+
+
+def _measured_by(traces: dict, steady: list[int], key) -> dict[str, float]:
     acc: dict[str, float] = defaultdict(float)
     ranks = max(len(traces), 1)
     wanted = set(steady)
     for table in traces.values():
-        cols = table.select(["op", "kind", "iteration", "duration_s"]).to_pydict()
-        for op, kind, it, dur in zip(cols["op"], cols["kind"], cols["iteration"], cols["duration_s"], strict=True):
+        cols = table.select([c for c in ("op", "kind", "phase", "iteration", "duration_s")
+                             if c in table.column_names]).to_pydict()
+        phases = cols.get("phase") or [None] * table.num_rows  # a trace written before phases were recorded
+        for op, kind, phase, it, dur in zip(cols["op"], cols["kind"], phases, cols["iteration"], cols["duration_s"],
+                                            strict=True):
             if it in wanted and dur:
-                acc["memcpy" if kind == "memcpy" else kind if kind in ("collective", "p2p") else op_family(op)] += dur
+                acc[key(op, kind, phase)] += dur
     n = max(len(wanted), 1) * ranks
-    return {fam: s / n for fam, s in acc.items()}
+    return {k: s / n for k, s in acc.items()}
 
 
 def case_budget(row: dict, family_errors: dict[str, float] | None) -> list[dict]:
@@ -52,6 +67,21 @@ def case_budget(row: dict, family_errors: dict[str, float] | None) -> list[dict]
     for key in (HOST, IDLE):
         if b.get(key) is not None:
             lines.append({"family": key, "predicted_s": b[key], "share": b[key] / it if it else None})
+    return lines
+
+
+def phase_budget(row: dict) -> list[dict]:
+    """One line per phase of the step (largest first): predicted device seconds per iteration and rank, its
+    share of the step, and the measured seconds and error where the case splits its step by pass."""
+    phases = row.get("device_time_by_phase") or {}
+    measured = row.get("measured_by_phase") or {}
+    it = row.get("predicted_s") or 0.0
+    lines = []
+    for ph in sorted(set(phases) | set(measured), key=lambda k: -(phases.get(k) or {}).get("device_s", 0.0)):
+        pred = (phases.get(ph) or {}).get("device_s")
+        m = measured.get(ph)
+        lines.append({"phase": ph, "predicted_s": pred, "share": pred / it if it and pred is not None else None,
+                      "measured_s": m, "error": (pred - m) / m if m and pred is not None else None})
     return lines
 
 
@@ -85,7 +115,10 @@ def markdown(rows: list[dict], family_errors_by_gpu: dict[str, dict]) -> str:
            "measurements, and, where the case has per-op ground truth, the measured time: a CPU case's full "
            "`maya profile`; NeuSight's single-GPU rows, NeuSight's own per-op times of the program it measured "
            "(each node timed alone, one block times the layers; the loss is not among them: "
-           "`python -m pipelines.validation.label_ops`). Cases more than "
+           "`python -m pipelines.validation.label_ops`). Below each, the same device time by phase of the step, "
+           "measured where the case splits its step by pass: a CPU case's profile (each op's time, by the phase "
+           "it ran in); NeuSight's single-GPU rows, the forward and the backward latency it published (CUDA "
+           "events around each pass: wall time, launch gaps included). Cases more than "
            f"{FLAG_ERROR * 100:.0f}% off are flagged first.\n"]
     ordered = sorted(rows, key=lambda r: -abs(r.get("maya_error") or 0))
     for r in ordered:
@@ -103,6 +136,12 @@ def markdown(rows: list[dict], family_errors_by_gpu: dict[str, dict]) -> str:
                        f"{_pct(ln.get('fallback_share'), '.0f')} | "
                        f"{'-' if heldout is None else f'{heldout:.1f}%'} | {_ms(ln.get('measured_s'))} | "
                        f"{_pct(ln.get('error'), '+.0f')} |\n")
+        phases = phase_budget(r)
+        if phases:
+            out.append("\n| phase | predicted | share | measured | error |\n|---|---|---|---|---|\n")
+            for ln in phases:
+                out.append(f"| {ln['phase']} | {_ms(ln['predicted_s'])} | {_pct(ln.get('share'), '.0f')} | "
+                           f"{_ms(ln.get('measured_s'))} | {_pct(ln.get('error'), '+.0f')} |\n")
     return "".join(out)
 
 

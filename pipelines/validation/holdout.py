@@ -198,6 +198,24 @@ def load_neusight(shared: Path | None = None) -> list[Case]:
     return cases
 
 
+def neusight_phases(shared: Path | None = None) -> dict[str, dict[str, float]]:
+    """{case name: {"forward": s, "backward": s}} of NeuSight's single-GPU rows: the forward and the whole
+    backward it published beside each end-to-end time (`fw_latency`, `bwall_latency`, CUDA events around each
+    pass), for the error budget's split by phase ({} without the holdout data)."""
+    base = holdout_root(shared) / "neusight" / "scripts" / "asplos" / "label"
+    out: dict[str, dict[str, float]] = {}
+    for gpu_dir, gpu in NEUSIGHT_GPUS.items():
+        for path in sorted((base / gpu_dir).glob("gpt2_large-train-*.json")):
+            m = _NEUSIGHT_NAME.match(path.name)
+            if not m or m["par"]:
+                continue
+            data = json.loads(path.read_text())
+            if "fw_latency" in data and "bwall_latency" in data:
+                out[f"neusight-{gpu}-{path.stem}"] = {"forward": float(data["fw_latency"]) / 1e3,
+                                                      "backward": float(data["bwall_latency"]) / 1e3}
+    return out
+
+
 def case_work(c: Case) -> float:
     """Emulation cost proxy: micro-batches x layers, summed over the distinct pipeline stages.
 

@@ -40,6 +40,8 @@ def row_for(case, result, llm_analysis_s: float | None = None, llm_analysis_note
            "roofline_sim_s": getattr(result, "roofline_sim_s", None), "load_avg": getattr(result, "load_avg", None),
            "device_time_by_family": getattr(result, "device_time_by_family", {}),
            "measured_by_family": getattr(result, "measured_by_family", {}),
+           "device_time_by_phase": getattr(result, "device_time_by_phase", {}),
+           "measured_by_phase": getattr(result, "measured_by_phase", {}),
            "measured_runs_s": getattr(result, "measured_runs_s", [])}
     add_errors(row)
     return row

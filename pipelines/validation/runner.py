@@ -24,7 +24,7 @@ from emulator.trace.io import read_json, read_summary, read_traces, write_json
 from emulator.trace.summaries import EmulationSummary
 from pipelines.runners.in_training import profiled_steady_iterations
 from pipelines.validation.baselines import BaselineUnavailable, serial_roofline_s, steady_iterations
-from pipelines.validation.budget import measured_by_family
+from pipelines.validation.budget import measured_by_family, measured_by_phase
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAYA = [sys.executable, "-m", "emulator.cli"]
@@ -58,6 +58,8 @@ class RunResult:
     estimator: dict = field(default_factory=dict)
     device_time_by_family: dict = field(default_factory=dict)  # prediction.json: predicted time by op family
     measured_by_family: dict = field(default_factory=dict)  # CPU cases: measured time by op family (full profile)
+    device_time_by_phase: dict = field(default_factory=dict)  # prediction.json: predicted time by phase of the step
+    measured_by_phase: dict = field(default_factory=dict)  # measured time by phase, where the case splits its step
     emulation_wall_s: float | None = None
     wall_s: float = 0.0
     error: str | None = None
@@ -112,6 +114,7 @@ def _fill_from_prediction(res: RunResult, out: Path) -> None:
     res.emulation_wall_s = pred.get("emulation_wall_s")
     res.breakdown = pred.get("breakdown_s") or {}
     res.device_time_by_family = pred.get("device_time_by_family") or {}
+    res.device_time_by_phase = pred.get("device_time_by_phase") or {}
     if pred.get("hang"):
         res.error = f"maya simulate reports that the job would hang: {json.dumps(pred['hang'])[:600]}"
     elif res.predicted_s is None and not res.oom:
@@ -300,8 +303,9 @@ def measure_cpu_case(case, runs_dir: Path, iterations: int = 4, timeout_s: float
     _run([*MAYA, "profile", *nproc, "--iterations", str(iterations), "--out", str(ops), *program], log, timeout_s)
     try:
         traces = read_traces(ops)
-        res.measured_by_family = measured_by_family(traces, profiled_steady_iterations(
-            {i for t in traces.values() for i in t.column("iteration").to_pylist()}))
+        steady = profiled_steady_iterations({i for t in traces.values() for i in t.column("iteration").to_pylist()})
+        res.measured_by_family = measured_by_family(traces, steady)
+        res.measured_by_phase = measured_by_phase(traces, steady)
     except (FileNotFoundError, ValueError, KeyError) as e:
         res.error = res.error or f"maya profile (per-op) exited: {e}: {_tail(log)}"
     rc = _run([*MAYA, "emulate", "--gpu", "cpu", *nproc, "--iterations", str(iterations), "--out", str(out),

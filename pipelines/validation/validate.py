@@ -16,7 +16,7 @@ from rich.table import Table
 from emulator.core.hardware import get_gpu
 from emulator.core.settings import warehouse_root
 from pipelines.validation import baselines, label_ops, report, runner, suites
-from pipelines.validation.holdout import HoldoutMissingError
+from pipelines.validation.holdout import HoldoutMissingError, neusight_phases
 from pipelines.validation.metrics import pct
 
 
@@ -87,11 +87,13 @@ def _run_section(cases, run_one, console: Console | None, label: str) -> list[di
     return rows
 
 
-def _with_label_ops(res, measured_by_family: dict[str, float]):
-    """A GPU case's result with the per-family times its publisher measured op by op (NeuSight's single-GPU
-    rows), for the error budget; unchanged where there are none."""
+def _with_label_ops(res, measured_by_family: dict[str, float], measured_by_phase: dict[str, float]):
+    """A GPU case's result with the per-family times its publisher measured op by op and the per-pass times it
+    published (NeuSight's single-GPU rows), for the error budget; unchanged where there are none."""
     if res is not None and not res.measured_by_family:
         res.measured_by_family = measured_by_family
+    if res is not None and not res.measured_by_phase:
+        res.measured_by_phase = measured_by_phase
     return res
 
 
@@ -146,9 +148,9 @@ def run_validation(cpu: bool = True, gpu: bool = True, quick: bool = False, fres
                 _predictors({c.gpu for c in cases}, runs, rep, console)
                 run_one = lambda c: runner.run_gpu_case(c, runs, iterations=gpu_iterations, timeout_s=timeout_s,
                                                         fresh=fresh, resimulate=resimulate)
-            labelled = label_ops.families_by_case()
-            rows = _run_section(cases, lambda c: _with_label_ops(run_one(c), labelled.get(c.name, {})), console,
-                                "gpu")
+            labelled, passes = label_ops.families_by_case(), neusight_phases()
+            rows = _run_section(cases, lambda c: _with_label_ops(run_one(c), labelled.get(c.name, {}),
+                                                                 passes.get(c.name, {})), console, "gpu")
             rep["gpu"] = {"rows": rows, "summary": report.table_summary(rows, report.GPU_TARGET),
                           "preamble": GPU_PREAMBLE}
     gpus = {r["gpu"] for s in ("cpu", "gpu") for r in (rep.get(s) or {}).get("rows", [])}

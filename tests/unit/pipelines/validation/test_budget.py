@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 
-from pipelines.validation.budget import case_budget, flag, markdown, measured_by_family
+from pipelines.validation.budget import case_budget, flag, markdown, measured_by_family, measured_by_phase, phase_budget
 
 
 def _row(error, measured=None):
@@ -38,3 +38,24 @@ def test_without_ground_truth_the_flag_names_large_uncertain_families():
     # an unrounded error reads as one decimal; a family without one says so instead of "-%"
     why = flag(row, case_budget(row, {"gemm": 23.38745457613541}))
     assert "held-out error 23.4%," in why and "norm 10% of the step, no held-out error, fallback 100%" in why
+
+
+def test_measured_time_per_phase_is_per_steady_iteration_and_rank():
+    t = pa.table({"op": ["aten::mm", "aten::mm", "aten::mm", "aten::add_"], "kind": ["kernel"] * 4,
+                  "phase": ["forward", "forward", "backward", "optimizer"], "iteration": [0, 1, 1, 1],
+                  "duration_s": [1.0, 0.2, 0.4, 0.1]})
+    assert measured_by_phase({0: t}, [1]) == {"forward": 0.2, "backward": 0.4, "optimizer": 0.1}
+
+
+def test_the_budget_says_which_pass_carries_the_error_where_the_step_is_measured_by_pass():
+    row = _row(-0.30)
+    row["device_time_by_phase"] = {"backward": {"device_s": 0.05}, "forward": {"device_s": 0.03}}
+    row["measured_by_phase"] = {"forward": 0.03, "backward": 0.10}
+    lines = phase_budget(row)
+    assert [ln["phase"] for ln in lines] == ["backward", "forward"]
+    assert lines[0]["error"] == -0.5 and lines[1]["error"] == 0.0 and lines[0]["share"] == 0.5
+    md = markdown([row], {})
+    assert "| backward | 50.00 ms | 50% | 100.00 ms | -50% |" in md
+    # a prediction without a measured split still shows where its device time goes
+    row["measured_by_phase"] = {}
+    assert "| forward | 30.00 ms | 30% | - | - |" in markdown([row], {})

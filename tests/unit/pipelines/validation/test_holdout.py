@@ -12,6 +12,7 @@ from pipelines.validation.holdout import (
     case_work,
     load_neusight,
     load_vtrain,
+    neusight_phases,
     select_vtrain,
 )
 
@@ -88,6 +89,23 @@ def test_neusight_file_names_decode_to_parallel_layouts(tmp_path, monkeypatch):
         assert c.args[c.args.index("--adam") + 1] == "fused" and c.args[c.args.index("--clip-grad") + 1] == "1.0"
         assert c.args[c.args.index("--pad-vocab-to") + 1] == "128"
     assert "--adam" not in single.args and "--pad-vocab-to" not in single.args
+
+
+def test_neusight_single_gpu_rows_give_their_forward_and_backward_apart(tmp_path, monkeypatch):
+    """The error budget's split by pass: a single-GPU row's published forward and backward latencies (ms) in
+    seconds; a 4-GPU row or a file without them gives none."""
+    files = {
+        "NVIDIA_H100_80GB_HBM3/gpt2_large-train-1024-1.json":
+            '{"e2e_latency": 183.97, "num_layer": 36, "fw_latency": 63.7, "bwall_latency": 120.3}',
+        "NVIDIA_H100_80GB_HBM3/gpt2_large-train-1024-4.json": '{"e2e_latency": 638.8, "num_layer": 36}',
+        "NVIDIA_H100_80GB_HBM3/gpt2_large-train-1024-4-dp4.json":
+            '{"e2e_latency": 194.9, "fw_latency": 60.0, "bwall_latency": 120.0}',
+    }
+    monkeypatch.setenv("MAYA_SHARED", str(_fake_shared(tmp_path, "", files)))
+    got = neusight_phases()
+    assert got == {"neusight-h100-gpt2_large-train-1024-1": {"forward": pytest.approx(0.0637),
+                                                             "backward": pytest.approx(0.1203)}}
+    assert set(got) <= {c.name for c in load_neusight()}  # keyed as the GPU table's cases are
 
 
 def test_selection_is_deterministic_bounded_and_one_row_per_layout(tmp_path, monkeypatch):
