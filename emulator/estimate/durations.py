@@ -50,16 +50,18 @@ class Estimates:
         return self._budget(iterations, ranks, by=0)
 
     def phase_budget(self, iterations: list[int], ranks: int) -> dict[str, dict[str, float]]:
-        """The same per phase of the step (forward, backward, optimizer, other: the module tracker's `phase`
-        of each row): which pass carries a case's error, where a measurement splits the step by pass
-        (NeuSight's forward and backward latencies, a CPU profile's rows)."""
-        return self._budget(iterations, ranks, by=1)
+        """The compute part of the same (kernels and copies, not collectives) per phase of the step (forward,
+        backward, optimizer, other: the module tracker's `phase` of each row): which pass carries a case's
+        error, where a measurement splits the step by pass (NeuSight's forward and backward latencies, a CPU
+        profile's rows). Communication is left out: a collective's time is where its group meets, which a
+        pass-by-pass measurement does not separate (a gloo call returns before its transfer ends)."""
+        return self._budget(iterations, ranks, by=1, skip=COMM_KINDS)
 
-    def _budget(self, iterations: list[int], ranks: int, by: int) -> dict[str, dict[str, float]]:
+    def _budget(self, iterations: list[int], ranks: int, by: int, skip=()) -> dict[str, dict[str, float]]:
         out: dict[str, list[float]] = {}
         wanted = set(iterations)
         for key, (s, fb, adj) in self.by_family_iteration.items():
-            if key[2] in wanted:
+            if key[2] in wanted and key[0] not in skip:
                 acc = out.setdefault(key[by], [0.0, 0.0, 0.0])
                 acc[0] += s
                 acc[1] += fb

@@ -204,7 +204,7 @@ class Prediction:
     gpu_variant: dict | None = None  # a variant of a known part: its base and what differs (emulator.core.variants)
     notes: list[str] = field(default_factory=list)
     cuda_event_timings: list[dict] = field(default_factory=list)  # emulator.simulate.cuda_events
-    # phase (forward, backward, optimizer, other) -> device_s per steady iteration and rank, as by family
+    # phase (forward, backward, optimizer, other) -> compute device_s per steady iteration and rank (no collectives)
     device_time_by_phase: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:

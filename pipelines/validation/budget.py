@@ -29,8 +29,10 @@ def measured_by_family(traces: dict, steady: list[int]) -> dict[str, float]:
 
 
 def measured_by_phase(traces: dict, steady: list[int]) -> dict[str, float]:
-    """The same per phase of the step (the module tracker's `phase` of each row, as the prediction splits it)."""
-    return _measured_by(traces, steady, lambda op, kind, phase: phase or "other")
+    """The compute part of the same per phase of the step (the module tracker's `phase` of each row), without
+    collectives, as the prediction's `device_time_by_phase` splits it."""
+    return _measured_by(traces, steady, lambda op, kind, phase: None if kind in ("collective", "p2p") else
+                        phase or "other")
 
 
 def _measured_by(traces: dict, steady: list[int], key) -> dict[str, float]:
@@ -43,8 +45,9 @@ def _measured_by(traces: dict, steady: list[int], key) -> dict[str, float]:
         phases = cols.get("phase") or [None] * table.num_rows  # a trace written before phases were recorded
         for op, kind, phase, it, dur in zip(cols["op"], cols["kind"], phases, cols["iteration"], cols["duration_s"],
                                             strict=True):
-            if it in wanted and dur:
-                acc[key(op, kind, phase)] += dur
+            k = key(op, kind, phase) if it in wanted and dur else None
+            if k is not None:
+                acc[k] += dur
     n = max(len(wanted), 1) * ranks
     return {k: s / n for k, s in acc.items()}
 

@@ -41,10 +41,13 @@ def test_without_ground_truth_the_flag_names_large_uncertain_families():
 
 
 def test_measured_time_per_phase_is_per_steady_iteration_and_rank():
-    t = pa.table({"op": ["aten::mm", "aten::mm", "aten::mm", "aten::add_"], "kind": ["kernel"] * 4,
-                  "phase": ["forward", "forward", "backward", "optimizer"], "iteration": [0, 1, 1, 1],
-                  "duration_s": [1.0, 0.2, 0.4, 0.1]})
+    # a gloo collective's row is its call, not its transfer: no pass's compute
+    t = pa.table({"op": ["aten::mm", "aten::mm", "aten::mm", "aten::add_", "c10d::allreduce_"],
+                  "kind": ["kernel"] * 4 + ["collective"], "phase": ["forward", "forward", "backward", "optimizer",
+                                                                    "backward"],
+                  "iteration": [0, 1, 1, 1, 1], "duration_s": [1.0, 0.2, 0.4, 0.1, 0.3]})
     assert measured_by_phase({0: t}, [1]) == {"forward": 0.2, "backward": 0.4, "optimizer": 0.1}
+    assert measured_by_family({0: t}, [1])["collective"] == 0.3
 
 
 def test_the_budget_says_which_pass_carries_the_error_where_the_step_is_measured_by_pass():
