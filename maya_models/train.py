@@ -203,11 +203,16 @@ def _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params) ->
         if family in GENERIC_FAMILIES:
             trees.generic = KernelPredictor.fit_generic(fit, y[~val], num_rounds, params)
             blind = trees.log_ratio(X[val], np.zeros(int(val.sum()), dtype=bool))  # every row as an unseen op's
-        counts = dict(zip(*np.unique(ops[~val], return_counts=True), strict=True))
+        counts = op_counts(ops[~val])
         out.append({"fold": k, "y": y[val], "aware": aware, "blind": blind, "bias": float(np.median(y[~val])),
                     "near": read_neighbours(neighbour_table(fit, y[~val], ops[~val]), X[val], ops[val]),
                     "op_rows": np.array([counts.get(o, 0) for o in ops[val]])})
     return out
+
+
+def op_counts(ops: np.ndarray) -> dict[str, int]:
+    """Rows per op name."""
+    return {str(o): int(n) for o, n in zip(*np.unique(ops, return_counts=True), strict=True)}
 
 
 def _ape(r, y) -> np.ndarray:
@@ -251,12 +256,12 @@ def leave_one_op_out(X: pd.DataFrame, y: np.ndarray, ops: np.ndarray, num_rounds
     the generic trees trained on the others (half the rounds) and scored on it. None with fewer than two ops."""
     import xgboost as xgb
 
-    names, counts = np.unique(ops, return_counts=True)
-    if len(names) < 2:
+    counts = op_counts(ops)
+    if len(counts) < 2:
         return None
     cols = [c for c in X.columns if c != "op_code"]  # what fit_generic trains on
     by_op, errors = {}, []
-    for name, n in zip(names, counts, strict=True):
+    for name, n in counts.items():
         if n < MIN_OP_ROWS:
             continue
         out = ops == name
@@ -360,7 +365,7 @@ def train_kernel_predictor(gpu: str, *, root=None, data: pd.DataFrame | None = N
                             [g for g, e in zip(groups, ev, strict=True) if not e], ops[~ev], trained_on, num_rounds,
                             params)
         train_ops = ops[~ev]
-        model.ops = {str(o): int(n) for o, n in zip(*np.unique(train_ops, return_counts=True), strict=True)}
+        model.ops = op_counts(train_ops)
         seen = X[~ev]
         model.elem_bytes = _counts_by_size(seen)
         in_situ = seen["in_situ"].to_numpy() > 0 if "in_situ" in seen.columns else np.zeros(len(seen), bool)
