@@ -9,8 +9,13 @@ elements in place to shapes/dtypes/strides plus their length to `args["list_leng
 from __future__ import annotations
 
 import math
+import re
 
 import torch
+
+# "<torch._C.Generator object at 0x7f...>": an object's address is no part of the call; kept, it makes every
+# call a signature of its own (the in-training rows of a data loader's `randint` came out one row per call)
+_ADDRESS = re.compile(r" object at 0x[0-9a-fA-F]+")
 
 
 def bind(func, args: tuple, kwargs: dict) -> list[tuple[str, object, object]]:
@@ -51,7 +56,9 @@ def _json_value(v):
         return [_json_value(x) for x in v]
     if isinstance(v, torch.ScriptObject):
         return None
-    return str(v)
+    if isinstance(v, torch.Generator):
+        return f"generator:{v.device.type}"  # which generator draws the numbers is not what the op costs
+    return _ADDRESS.sub("", str(v))
 
 
 def describe_call(func, args: tuple, kwargs: dict, tensors: bool = True):

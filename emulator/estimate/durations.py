@@ -32,7 +32,7 @@ class Estimates:
     collectives: str = ""
     adjusted_s: float = 0.0  # device seconds (all ranks) the analytical training-condition adjustment added
     # (op family, phase, iteration) -> [device seconds, of which fallback, of which the adjustment], all ranks
-    by_family_iteration: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
+    by_family_phase_iteration: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
     conditions: dict = field(default_factory=dict)  # the kernel predictor's training-condition adjustment
 
     @property
@@ -60,7 +60,7 @@ class Estimates:
     def _budget(self, iterations: list[int], ranks: int, by: int, skip=()) -> dict[str, dict[str, float]]:
         out: dict[str, list[float]] = {}
         wanted = set(iterations)
-        for key, (s, fb, adj) in self.by_family_iteration.items():
+        for key, (s, fb, adj) in self.by_family_phase_iteration.items():
             if key[2] in wanted and key[0] not in skip:
                 acc = out.setdefault(key[by], [0.0, 0.0, 0.0])
                 acc[0] += s
@@ -190,7 +190,7 @@ def estimate(job: CollatedJob, spec: GPUSpec, kernels: Predictor, collectives: P
     if network_apart and any(d["nnodes"] > 1 for d in key_rows):
         label += f"; between nodes: {NETWORK_LABEL}"
     return Estimates(durations=durations, time_by_source=by_source, kernels=kernels.label, collectives=label,
-                     adjusted_s=adjusted_total, by_family_iteration=budget, conditions=kernels.conditions())
+                     adjusted_s=adjusted_total, by_family_phase_iteration=budget, conditions=kernels.conditions())
 
 
 class _Spans:
