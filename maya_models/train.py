@@ -199,14 +199,16 @@ def _fold_readings(family, X, y, groups, ops, trained_on, num_rounds, params) ->
             continue
         fit = X[~val].reset_index(drop=True)
         trees = KernelPredictor.fit_family(family, fit, y[~val], trained_on, num_rounds, params)
+        counts = op_counts(ops[~val])
+        op_rows = np.array([counts.get(o, 0) for o in ops[val]])
         aware, blind = trees.log_ratio(X[val]), None
-        if family in GENERIC_FAMILIES:
+        # the op-blind reading is only ever taken for rows of an op with fewer than MIN_SEEN_ROWS rows
+        if family in GENERIC_FAMILIES and (op_rows < MIN_SEEN_ROWS).any():
             trees.generic = KernelPredictor.fit_generic(fit, y[~val], num_rounds, params)
             blind = trees.log_ratio(X[val], np.zeros(int(val.sum()), dtype=bool))  # every row as an unseen op's
-        counts = op_counts(ops[~val])
         out.append({"fold": k, "y": y[val], "aware": aware, "blind": blind, "bias": float(np.median(y[~val])),
                     "near": read_neighbours(neighbour_table(fit, y[~val], ops[~val]), X[val], ops[val]),
-                    "op_rows": np.array([counts.get(o, 0) for o in ops[val]])})
+                    "op_rows": op_rows})
     return out
 
 

@@ -23,6 +23,8 @@ from emulator.estimate.base import Predictor, predict_unique
 from emulator.estimate.roofline import NETWORK_LABEL, NetworkPredictor
 from emulator.trace.schema import COMM_KINDS, HOST_KINDS
 
+_FAMILY, _PHASE, _ITERATION = range(3)  # the parts of an `Estimates.by_family_phase_iteration` key
+
 
 @dataclass
 class Estimates:
@@ -47,7 +49,7 @@ class Estimates:
     def family_budget(self, iterations: list[int], ranks: int) -> dict[str, dict[str, float]]:
         """Per op family, device seconds per iteration and rank over `iterations` (steady ones), with the
         shares timed by the fallback and added by the adjustment."""
-        return self._budget(iterations, ranks, by=0)
+        return self._budget(iterations, ranks, by=_FAMILY)
 
     def phase_budget(self, iterations: list[int], ranks: int) -> dict[str, dict[str, float]]:
         """The compute part of the same (kernels and copies, not collectives) per phase of the step (forward,
@@ -55,13 +57,13 @@ class Estimates:
         error, where a measurement splits the step by pass (NeuSight's forward and backward latencies, a CPU
         profile's rows). Communication is left out: a collective's time is where its group meets, which a
         pass-by-pass measurement does not separate (a gloo call returns before its transfer ends)."""
-        return self._budget(iterations, ranks, by=1, skip=COMM_KINDS)
+        return self._budget(iterations, ranks, by=_PHASE, skip=COMM_KINDS)
 
     def _budget(self, iterations: list[int], ranks: int, by: int, skip=()) -> dict[str, dict[str, float]]:
         out: dict[str, list[float]] = {}
         wanted = set(iterations)
         for key, (s, fb, adj) in self.by_family_phase_iteration.items():
-            if key[2] in wanted and key[0] not in skip:
+            if key[_ITERATION] in wanted and key[_FAMILY] not in skip:
                 acc = out.setdefault(key[by], [0.0, 0.0, 0.0])
                 acc[0] += s
                 acc[1] += fb

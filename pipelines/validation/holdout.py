@@ -163,38 +163,28 @@ _NEUSIGHT_NAME = re.compile(r"^gpt2_large-train-(?P<seq>\d+)-(?P<batch>\d+)(?:-(
 
 def load_neusight(shared: Path | None = None) -> list[Case]:
     """Every GPT-2-large training measurement of NeuSight (single GPU and 4-GPU dp/tp/pp)."""
-    base = holdout_root(shared) / "neusight" / "scripts" / "asplos" / "label"
-    if not base.is_dir():
-        raise HoldoutMissingError(f"{base} is missing")
     cases = []
-    for gpu_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-        gpu = NEUSIGHT_GPUS.get(gpu_dir.name)
-        for path in sorted(gpu_dir.glob("gpt2_large-train-*.json")):
-            m = _NEUSIGHT_NAME.match(path.name)
-            if not m or gpu is None:
-                continue
-            with open(path) as f:
-                data = json.load(f)
-            if "e2e_latency" not in data:
-                raise ValueError(f"{path}: no e2e_latency key")
-            seq, batch, kind = int(m["seq"]), int(m["batch"]), m["par"] or "single"
-            n = 1 if kind == "single" else 4
-            par = dict(tp=4 if kind == "tp4" else 1, pp=4 if kind == "pp4_1" else 1, dp=4 if kind == "dp4" else 1,
-                       micro_batch=batch // 4 if kind == "dp4" else batch, global_batch=batch)
-            model = dict(GPT2_LARGE, seq=seq)
-            note = f"gpt2-large b{batch} {kind}"
-            program = PROGRAM
-            if kind == "single":  # Hugging Face's GPT-2, timed forward + backward only
-                note += " (measured fwd+bwd, no optimizer step)"
-                program = HF_GPT2_PROGRAM
-                args = [str(v) for v in ("--layers", model["layers"], "--hidden", model["hidden"], "--heads",
-                                         model["heads"], "--vocab", model["vocab"], "--seq", seq, "--batch", batch)]
-            else:  # Megatron-LM's whole step
-                args = _program_args(model, par, "fp32", False, "eager", 128) + NEUSIGHT_MEGATRON
-            cases.append(Case(
-                name=f"neusight-{gpu}-{path.stem}", source="neusight", gpu=gpu, world_size=n, nproc_per_node=n,
-                nnodes=1, measured_s=float(data["e2e_latency"]) / 1e3, args=args, model=model, parallel=par,
-                dtype="fp32", checkpoint=False, note=note, program=program))
+    for gpu, path, m, data in _neusight_labels(shared):
+        if "e2e_latency" not in data:
+            raise ValueError(f"{path}: no e2e_latency key")
+        seq, batch, kind = int(m["seq"]), int(m["batch"]), m["par"] or "single"
+        n = 1 if kind == "single" else 4
+        par = dict(tp=4 if kind == "tp4" else 1, pp=4 if kind == "pp4_1" else 1, dp=4 if kind == "dp4" else 1,
+                   micro_batch=batch // 4 if kind == "dp4" else batch, global_batch=batch)
+        model = dict(GPT2_LARGE, seq=seq)
+        note = f"gpt2-large b{batch} {kind}"
+        program = PROGRAM
+        if kind == "single":  # Hugging Face's GPT-2, timed forward + backward only
+            note += " (measured fwd+bwd, no optimizer step)"
+            program = HF_GPT2_PROGRAM
+            args = [str(v) for v in ("--layers", model["layers"], "--hidden", model["hidden"], "--heads",
+                                     model["heads"], "--vocab", model["vocab"], "--seq", seq, "--batch", batch)]
+        else:  # Megatron-LM's whole step
+            args = _program_args(model, par, "fp32", False, "eager", 128) + NEUSIGHT_MEGATRON
+        cases.append(Case(
+            name=f"neusight-{gpu}-{path.stem}", source="neusight", gpu=gpu, world_size=n, nproc_per_node=n,
+            nnodes=1, measured_s=float(data["e2e_latency"]) / 1e3, args=args, model=model, parallel=par,
+            dtype="fp32", checkpoint=False, note=note, program=program))
     return cases
 
 
@@ -202,18 +192,27 @@ def neusight_phases(shared: Path | None = None) -> dict[str, dict[str, float]]:
     """{case name: {"forward": s, "backward": s}} of NeuSight's single-GPU rows: the forward and the whole
     backward it published beside each end-to-end time (`fw_latency`, `bwall_latency`, CUDA events around each
     pass), for the error budget's split by phase ({} without the holdout data)."""
+    try:
+        labels = list(_neusight_labels(shared))
+    except HoldoutMissingError:
+        return {}
+    return {f"neusight-{gpu}-{path.stem}": {"forward": float(data["fw_latency"]) / 1e3,
+                                            "backward": float(data["bwall_latency"]) / 1e3}
+            for gpu, path, m, data in labels if not m["par"] and "fw_latency" in data and "bwall_latency" in data}
+
+
+def _neusight_labels(shared: Path | None = None):
+    """(gpu, path, name match, JSON) of every GPT-2-large training label of a known GPU, in a stable order."""
     base = holdout_root(shared) / "neusight" / "scripts" / "asplos" / "label"
-    out: dict[str, dict[str, float]] = {}
-    for gpu_dir, gpu in NEUSIGHT_GPUS.items():
-        for path in sorted((base / gpu_dir).glob("gpt2_large-train-*.json")):
+    if not base.is_dir():
+        raise HoldoutMissingError(f"{base} is missing")
+    for gpu_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+        gpu = NEUSIGHT_GPUS.get(gpu_dir.name)
+        for path in sorted(gpu_dir.glob("gpt2_large-train-*.json")):
             m = _NEUSIGHT_NAME.match(path.name)
-            if not m or m["par"]:
-                continue
-            data = json.loads(path.read_text())
-            if "fw_latency" in data and "bwall_latency" in data:
-                out[f"neusight-{gpu}-{path.stem}"] = {"forward": float(data["fw_latency"]) / 1e3,
-                                                      "backward": float(data["bwall_latency"]) / 1e3}
-    return out
+            if m and gpu is not None:
+                with open(path) as f:
+                    yield gpu, path, m, json.load(f)
 
 
 def case_work(c: Case) -> float:
