@@ -77,3 +77,21 @@ def test_a_cluster_of_bridged_pairs_slows_an_eight_gpu_all_reduce(out8, tmp_path
     f.write_text('gpu = "h100"\nnvlink_domain = "pairs"\n')
     with pytest.raises(ClusterFileError, match="nvlink_domain must be a whole number"):
         predict_from_trace(out8, cluster=f, roofline_only=True)
+
+
+def test_the_readme_cluster_example_loads_and_sets_each_gpus_nic(tmp_path):
+    """The README's cluster file is what users copy: every key must be known, and its network figure is a
+    GPU's own NIC (the collective model multiplies it by the group's GPUs in a node)."""
+    import re
+    from pathlib import Path
+
+    from emulator.simulate.cluster import build_cluster
+
+    readme = (Path(__file__).resolve().parents[4] / "README.md").read_text()
+    block = re.search(r"### The cluster file.*?```toml\n(.*?)```", readme, re.S).group(1)
+    f = tmp_path / "cluster.toml"
+    f.write_text(block)
+    settings = read_cluster_file(f)
+    cluster = build_cluster(settings["gpu"], settings["nnodes"], settings["gpus_per_node"], settings)
+    assert cluster.spec.internode_bandwidth == settings["internode_bandwidth_GBps"] * 1e9
+    assert 12.5 <= settings["internode_bandwidth_GBps"] <= 100  # one NIC of 100-800 Gb/s, not a node's sum
