@@ -13,6 +13,12 @@ that no training row has. GPT-2-large's graphs are left out: they are the labels
 
     python -m pipelines.validation.graph_gemms --curate NEUSIGHT_ROOT   # write the evaluation parquet
     python -m pipelines.validation.graph_gemms [--gpu h100 ...]          # learned vs measured, per layout
+    python -m pipelines.validation.graph_gemms --same-shape NEUSIGHT_ROOT  # graph nodes vs NeuSight's own rows
+
+`--same-shape` sets each graph node's forward time beside NeuSight's isolated `nn.Linear` measurement of the
+same (m, k, n) on the same GPU (`data/dataset/test/linear.csv`, the rows the fp32 GEMM trees learn from),
+per GPU, layout and model, GPT-2-large included: where the two measurements of one shape disagree, no
+predictor trained on the rows can match the graph.
 
 NEUSIGHT_ROOT is a checkout of NeuSight, or the shared reference copy of it (both hold `scripts/asplos/label`).
 The predictions are the registered kernel predictors' for trace rows (what a training step is timed with).
@@ -82,6 +88,37 @@ def curate(root: Path, out: Path | None = None) -> pd.DataFrame:
     return df
 
 
+LINEAR_ROWS = "scripts/asplos/data/dataset/test/linear.csv"  # NeuSight's fp32 nn.Linear sweep, every GPU
+NEUSIGHT_DEVICE = {"h100": "NVIDIA H100 80GB HBM3", "a100-80gb-pcie": "NVIDIA A100 80GB PCIe",
+                   "a100-40gb": "NVIDIA A100-SXM4-40GB"}
+
+
+def same_shape(root: Path) -> pd.DataFrame:
+    """Per GPU, layout and model: GEMM nodes whose shape NeuSight's Linear sweep also timed, and the median of
+    graph forward time / sweep time (evaluation data read to explain an error; nothing trains on it)."""
+    rows = pd.read_csv(root / LINEAR_ROWS)
+    rows = rows.assign(m=rows["B"] * rows["M"]).groupby(["Device", "m", "K", "N"])["Latency"].min()
+    out = []
+    for gpu_dir, gpu in sorted(NEUSIGHT_GPUS.items()):
+        device = NEUSIGHT_DEVICE.get(gpu)
+        for path in sorted((root / LABELS / gpu_dir).glob("*.csv")):
+            hit = _GRAPH.match(path.name)
+            if not hit:
+                continue
+            for r in pd.read_csv(path).itertuples(index=False):
+                shapes = ast.literal_eval(r.input_shapes) if isinstance(r.input_shapes, str) else []
+                node = _node(r.op, str(r.target), str(r.meta), shapes, str(r.output_shape))
+                if node is None or (device, node[1], node[2], node[3]) not in rows.index:
+                    continue
+                layout, m, k, n = node
+                out.append({"gpu": gpu, "layout": layout, "model": hit["model"], "m": m, "k": k, "n": n,
+                            "ratio": r.fw_latency / rows[(device, m, k, n)]})
+    df = pd.DataFrame(out)
+    if df.empty:
+        raise FileNotFoundError(f"no graph node of {root / LABELS} has a row in {root / LINEAR_ROWS}")
+    return df.groupby(["gpu", "layout", "model"])["ratio"].agg(nodes="size", median="median").reset_index()
+
+
 def _mm(a: list[int], b: list[int], sa: list[int], sb: list[int]) -> dict:
     return {"kind": "kernel", "op": "aten::mm", "shapes": [a, b], "dtypes": [F32, F32], "strides": [sa, sb],
             "args": "{}", "out_shapes": [[a[0], b[1]]], "out_dtypes": [F32]}
@@ -130,8 +167,15 @@ def compare(gpu: str, path: Path | None = None) -> pd.DataFrame:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--curate", type=Path, metavar="NEUSIGHT_ROOT", help=f"a checkout of {NEUSIGHT} (or its copy)")
+    p.add_argument("--same-shape", type=Path, metavar="NEUSIGHT_ROOT",
+                   help="graph nodes' forward time over NeuSight's Linear row of the same shape")
     p.add_argument("--gpu", nargs="*", default=sorted(set(NEUSIGHT_GPUS.values()) - {"a100-40gb"}))
     a = p.parse_args(argv)
+    if a.same_shape:
+        print(f"{'gpu':16s} {'layout':8s} {'model':12s} {'nodes':>5s} {'graph / row':>12s}")
+        for r in same_shape(a.same_shape).itertuples(index=False):
+            print(f"{r.gpu:16s} {r.layout:8s} {r.model:12s} {r.nodes:5d} {r.median:12.2f}")
+        return
     if a.curate:
         df = curate(a.curate)
         print(f"{len(df)} GEMM nodes of {df['graph'].nunique()} graphs -> {graph_gemms_path()}")

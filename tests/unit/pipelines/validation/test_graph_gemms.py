@@ -54,3 +54,16 @@ def test_the_committed_graph_nodes_are_evaluation_data():
     df = pd.read_parquet(graph_gemms.graph_gemms_path())
     assert set(df["gpu"]) == {"h100", "a100-80gb-pcie"} and not df["graph"].str.startswith("gpt2_large").any()
     assert graph_gemms.graph_gemms_path().stem not in reference_datasets()  # not what the predictors train on
+
+
+def test_graph_nodes_are_set_beside_neusights_linear_row_of_the_same_shape_per_model(tmp_path):
+    root = _root(tmp_path / "root")
+    sweep = root / graph_gemms.LINEAR_ROWS
+    sweep.parent.mkdir(parents=True)
+    # the Conv1D node [64 x 32] x [32 x 96] timed 0.2 ms in its graph; the sweep has that shape at 0.25 ms
+    # (and once more, slower: the fastest row stands) and the Linear node's shape [64 x 32 -> 128] at 0.3 ms
+    sweep.write_text("Latency,Device,B,M,N,K\n0.25,NVIDIA H100 80GB HBM3,1,64,96,32\n"
+                     "0.40,NVIDIA H100 80GB HBM3,1,64,96,32\n0.3,NVIDIA H100 80GB HBM3,2,32,128,32\n"
+                     "0.1,NVIDIA L4,1,64,96,32\n")
+    got = {(r.layout, r.model): (r.nodes, round(r.median, 3)) for r in graph_gemms.same_shape(root).itertuples()}
+    assert got == {("conv1d", "gpt3_xl"): (1, 0.8), ("conv1d", "gpt2_large"): (1, 0.8), ("linear", "opt_13"): (1, 1.0)}
