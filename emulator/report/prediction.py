@@ -206,6 +206,7 @@ class Prediction:
     cuda_event_timings: list[dict] = field(default_factory=list)  # emulator.simulate.cuda_events
     # phase (forward, backward, optimizer, other) -> compute device_s per steady iteration and rank (no collectives)
     device_time_by_phase: dict = field(default_factory=dict)
+    bound_by: str | None = None  # what sets the step: host | waiting | communication | compute (see `bound_by`)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -280,7 +281,25 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
     if not summary.complete and not pred.oom:
         pred.warning = "the emulation did not complete; the trace may miss work"
     pred.notes = notes(summary)
+    pred.bound_by = bound_by(pred.iteration_time_s, pred.breakdown_s)
     return pred
+
+
+HOST_BOUND_SHARE = 0.8  # the host's own work per step, as a share of the step, that makes it the limit
+IDLE_BOUND_SHARE = 0.5  # the device idle for more than this share of the step: it is not what sets the step
+
+
+def bound_by(iteration_s: float | None, breakdown: dict) -> str | None:
+    """What sets the step, from its breakdown: "host" when the device idles most of the step and the host's
+    own work fills it (a faster GPU would not shorten it, and the figure is host time scaled to the target's
+    CPU), "waiting" when the device idles most of the step without that (pipeline bubbles, a slower peer),
+    else "communication" when exposed communication exceeds compute, else "compute"."""
+    if not iteration_s or any(breakdown.get(k) is None for k in ("compute", "exposed_communication", "host", "idle")):
+        return None
+    idle = breakdown["idle"] / iteration_s
+    if idle > IDLE_BOUND_SHARE:
+        return "host" if breakdown["host"] >= HOST_BOUND_SHARE * iteration_s else "waiting"
+    return "communication" if breakdown["exposed_communication"] > breakdown["compute"] else "compute"
 
 
 def notes(summary: EmulationSummary) -> list[str]:

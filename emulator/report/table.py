@@ -26,6 +26,22 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
+def _bound(pred: dict) -> str | None:
+    """The `bound by` row: what sets the step, in words a user can act on."""
+    kind, t, b = pred.get("bound_by"), pred.get("iteration_time_s"), pred.get("breakdown_s") or {}
+    if not kind or not t:
+        return None
+    busy = 1.0 - (b.get("idle") or 0.0) / t
+    if kind == "host":
+        return (f"the host: the device is busy {100 * busy:.0f} % of the step; a faster GPU would not shorten it, "
+                "and the step is host time scaled to the target's CPU (host time scale below)")
+    if kind == "waiting":
+        return f"waiting: the device is busy {100 * busy:.0f} % of the step (pipeline bubbles, slower peers)"
+    if kind == "communication":
+        return f"communication: {_t(b.get('exposed_communication'))} exposed against {_t(b.get('compute'))} of compute"
+    return f"compute: the device is busy {100 * busy:.0f} % of the step"
+
+
 def print_prediction(prediction: Prediction, console: Console | None = None, out_dir=None) -> None:
     c = console or Console()
     pred = prediction.to_json()
@@ -55,6 +71,9 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     b = pred.get("breakdown_s") or {}
     for k in ("compute", "communication", "exposed_communication", "host", "idle"):
         t.add_row(f"  {k.replace('_', ' ')}", _t(b.get(k)))
+    bound = _bound(pred)
+    if bound:
+        t.add_row("bound by", bound)
     phases = pred.get("device_time_by_phase") or {}
     if phases:
         t.add_row("device time by phase (per rank)", ", ".join(f"{ph} {_t(v['device_s'])}" for ph, v in phases.items()))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from emulator.core.ops import op_family
+from emulator.report.prediction import bound_by
 
 FLAG_ERROR = 0.25
 HOST, IDLE = "host", "idle"
@@ -105,9 +106,8 @@ def flag(row: dict, lines: list[dict]) -> str | None:
         parts = [f"{ln['family']} {(ln['share'] or 0) * 100:.0f}% of the step, "
                  f"{_heldout_text(ln.get('heldout_median_ape'))}, "
                  f"fallback {(ln.get('fallback_share') or 0) * 100:.0f}%" for ln in worst]
-    host = row.get("breakdown_s", {}).get(HOST)
-    bound = " (host-bound: the host time sets the step)" if host and host >= (row.get("predicted_s") or 0) * 0.95 \
-        else ""
+    host_bound = bound_by(row.get("predicted_s"), row.get("breakdown_s") or {}) == "host"
+    bound = " (host-bound: the host time sets the step)" if host_bound else ""
     return f"{err * 100:+.0f}%{bound}; largest families: " + "; ".join(parts)
 
 

@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 
 from emulator.core.files import atomic_write_bytes
+from emulator.report.prediction import bound_by
 from emulator.trace.io import write_json
 from pipelines.validation import budget
 from pipelines.validation.metrics import meets, pct, rel_error, summarize
@@ -150,13 +151,13 @@ def markdown_summary(summary: dict) -> str:
 def host_bound(rows: list[dict]) -> str:
     """A diagnosis line: how many predictions the simulated host time (not the device) determines."""
     scored = [r for r in rows if r.get("predicted_s") and r.get("breakdown_s")]
-    bound = [r for r in scored if (r["breakdown_s"].get("host") or 0) > (r["breakdown_s"].get("compute") or 0)]
+    bound = [r for r in scored if bound_by(r["predicted_s"], r["breakdown_s"]) == "host"]
     if not bound:
         return ""
     over = [r for r in bound if (r.get("maya_error") or 0) > 0]
-    return (f"\n{len(bound)} of {len(scored)} predictions are host-bound: the simulated host time (the trace's "
-            f"recorded host gaps plus launch overhead) exceeds the device compute time, so the iteration time is "
-            f"the host's; {len(over)} of them over-predict. The `maya host / device` column shows both; where the "
+    return (f"\n{len(bound)} of {len(scored)} predictions are host-bound (`bound_by`): the simulated host time (the "
+            f"trace's recorded host gaps plus launch overhead) fills the step while the device idles most of it, so "
+            f"the iteration time is the host's; {len(over)} of them over-predict. The `maya host / device` column shows both; where the "
             f"device figure is close to the measurement, the error comes from the host-gap timing, not from the "
             f"kernel predictors.\n")
 

@@ -9,6 +9,7 @@ from emulator.bench.synthetic import TraceBuilder, ddp_rank, write_job
 from emulator.cli import simulate_command
 from emulator.pipeline import predict_from_trace
 from emulator.report.prediction import CONTRACT_KEYS
+from emulator.report.table import print_prediction
 
 
 def _out(tmp_path, world=4, **summary):
@@ -130,3 +131,22 @@ def test_timeline_has_a_host_lane_with_its_waits_and_a_memory_counter(tmp_path):
     mem = [e for e in ev if e["ph"] == "C" and e["name"] == "memory"]
     assert [m["args"]["allocated MiB"] for m in mem[:5]] == [1024, 2048, 3072, 4096, 1024]
     assert pred.iteration_time_s >= gemms[-1]["dur"] * 4e-6
+
+
+def test_the_answer_says_what_sets_the_step(tmp_path):
+    """A program of tiny kernels with 1 ms of Python before each is bound by its host: the device idles, a
+    faster GPU would not help; the DDP stack of large GEMMs is not, and a faster host would not help it."""
+    host = TraceBuilder(0, host_gap_s=1e-3)
+    for it in range(3):
+        host.iteration = it
+        for _ in range(10):
+            host.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
+    slow_host = write_job(tmp_path / "host", {0: host.table()}, nproc_per_node=1)
+    pred = predict_from_trace(slow_host, roofline_only=True)
+    assert pred.bound_by == "host" and json.loads((slow_host / "prediction.json").read_text())["bound_by"] == "host"
+    console = Console(record=True, width=240)
+    print_prediction(pred, console)
+    assert "a faster GPU would not shorten it" in console.export_text()
+    gemms = predict_from_trace(_out(tmp_path), roofline_only=True)
+    assert gemms.bound_by in ("compute", "communication")
+    assert gemms.breakdown_s["idle"] < 0.5 * gemms.iteration_time_s

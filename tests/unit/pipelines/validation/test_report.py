@@ -116,8 +116,8 @@ def test_llm_analysis_baseline_is_flops_over_peak():
 
 def test_host_bound_predictions_are_called_out():
     rows = [_row("a", 0.2, 2.4), _row("b", 1.0, 1.05)]
-    rows[0]["breakdown_s"] = {"host": 2.4, "compute": 0.22}
-    rows[1]["breakdown_s"] = {"host": 0.1, "compute": 1.0}
+    rows[0]["breakdown_s"] = {"host": 2.4, "compute": 0.22, "exposed_communication": 0.0, "idle": 2.18}
+    rows[1]["breakdown_s"] = {"host": 0.1, "compute": 1.0, "exposed_communication": 0.0, "idle": 0.05}
     text = report.host_bound(rows)
     assert "1 of 2 predictions are host-bound" in text and "1 of them over-predict" in text
     assert "2.400 s / 220.0 ms" in report.markdown_table(rows)
