@@ -157,9 +157,9 @@ def host_bound(rows: list[dict]) -> str:
     over = [r for r in bound if (r.get("maya_error") or 0) > 0]
     return (f"\n{len(bound)} of {len(scored)} predictions are host-bound (`bound_by`): the simulated host time (the "
             f"trace's recorded host gaps plus launch overhead) fills the step while the device idles most of it, so "
-            f"the iteration time is the host's; {len(over)} of them over-predict. The `maya host / device` column shows both; where the "
-            f"device figure is close to the measurement, the error comes from the host-gap timing, not from the "
-            f"kernel predictors.\n")
+            f"the iteration time is the host's; {len(over)} of them over-predict. The `maya host / device` column "
+            f"shows both; where the device figure is close to the measurement, the error comes from the host-gap "
+            f"timing, not from the kernel predictors.\n")
 
 
 def failures(rows: list[dict]) -> str:
