@@ -28,7 +28,7 @@ def entry_json(result: SearchResult, e: Entry, rank: int | None = None) -> dict:
                 mfu=row.get("mfu"), peak_memory_gib=None if peak is None else peak / GiB, gpu=row.get("gpu"),
                 world_size=row.get("world_size"), cost_per_iteration_usd=row.get("cost_per_iteration_usd"),
                 cost_per_million_tokens_usd=row.get("cost_per_million_tokens_usd"), command=row.get("command"),
-                trial_key=e.trial_key, traceback_path=row.get("traceback_path"))
+                bound_by=row.get("bound_by"), trial_key=e.trial_key, traceback_path=row.get("traceback_path"))
 
 
 def pareto(entries: list[Entry]) -> list[Entry]:
@@ -61,7 +61,7 @@ def print_report(result: SearchResult, console: Console, top: int = 15, files: d
     ranked = result.ranked()
     knobs = list(result.space.knobs)
     t = Table(title=f"maya search: best {min(top, len(ranked))} of {len(ranked)} by {result.options.objective}")
-    for col in ("#", *knobs, "GPUs", "s/iter", "tokens/s", "MFU", "peak GiB/GPU", "$/iter", "$/Mtok", ""):
+    for col in ("#", *knobs, "GPUs", "s/iter", "tokens/s", "MFU", "peak GiB/GPU", "$/iter", "$/Mtok", "bound by", ""):
         t.add_column(col, justify="right" if col not in knobs else "left")
     for i, e in enumerate(ranked[:top], 1):
         r = e.row
@@ -69,7 +69,7 @@ def print_report(result: SearchResult, console: Console, top: int = 15, files: d
                   _f(r.get("tokens_per_s"), ",.0f"), _f(r.get("mfu"), ".1%"),
                   _f(None if r.get("peak_memory_bytes") is None else r["peak_memory_bytes"] / GiB, ".1f"),
                   _f(r.get("cost_per_iteration_usd"), ".4g"), _f(r.get("cost_per_million_tokens_usd"), ".4g"),
-                  e.outcome)
+                  r.get("bound_by") or "-", e.outcome)
     console.print(t)
     failed = [e for e in result.entries if e.value is None and e.outcome != "infeasible"]
     if failed:

@@ -38,7 +38,7 @@ TRIAL_SCHEMA = pa.schema([
     ("cost_per_iteration_usd", pa.float64()), ("cost_per_million_tokens_usd", pa.float64()),
     ("price_per_gpu_hour", pa.float64()), ("command", pa.string()), ("emulation_reused", pa.bool_()),
     ("emulation_wall_s", pa.float64()), ("simulation_wall_s", pa.float64()), ("trial_wall_s", pa.float64()),
-    ("estimator", pa.string()),
+    ("estimator", pa.string()), ("bound_by", pa.string()),
 ])
 RUN_SCHEMA = pa.schema([
     ("search_id", pa.string()), ("n", pa.int32()), ("knobs", pa.string()), ("outcome", pa.string()),

@@ -253,7 +253,8 @@ def _simulate(row: dict, spec: TrialSpec, out: Path, root: Path, console: Consol
                cost_per_iteration_usd=pred.cost_per_iteration_usd,
                cost_per_million_tokens_usd=pred.cost_per_million_tokens_usd,
                price_per_gpu_hour=pred.price_per_gpu_hour, emulation_wall_s=pred.emulation_wall_s,
-               simulation_wall_s=pred.simulation_wall_s, estimator=json.dumps(pred.estimator.get("coverage") or {}))
+               simulation_wall_s=pred.simulation_wall_s, estimator=json.dumps(pred.estimator.get("coverage") or {}),
+               bound_by=pred.bound_by)
     if pred.oom:
         row.update(status="oom", reason=pred.oom_reason or "out of memory")
     elif pred.hang:
@@ -294,7 +295,7 @@ def base_row(spec: TrialSpec, key: str, predictors: dict) -> dict:
                 iteration_time_s=None, tokens_per_iteration=None, tokens_per_s=None, mfu=None, peak_memory_bytes=None,
                 peak_memory_bytes_per_rank=None, memory_capacity_bytes=None, cost_per_iteration_usd=None,
                 cost_per_million_tokens_usd=None, price_per_gpu_hour=None, command=None, emulation_reused=False,
-                emulation_wall_s=None, simulation_wall_s=None, trial_wall_s=None, estimator=None)
+                emulation_wall_s=None, simulation_wall_s=None, trial_wall_s=None, estimator=None, bound_by=None)
 
 
 def cluster_file(root: Path, settings: dict) -> str | None:

@@ -63,6 +63,9 @@ def test_search_ranks_records_a_crash_and_a_rerun_reads_the_cache(space):
     r = maya_search(space, "--engine", "inline", "--algorithm", "grid", "--budget", "3", "--json")
     doc = json.loads(r.stdout)
     assert doc["counts"]["cached"] == 3 and doc["counts"]["executed"] == 0
+    assert {t["bound_by"] for t in doc["trials"] if t["status"] == "ok"} <= {"host", "waiting", "communication",
+                                                                            "compute"}
+    assert any(t["bound_by"] for t in doc["trials"] if t["status"] == "ok")  # each prediction says what sets it
     crashed = [t for t in doc["trials"] if t["status"] == "crash"]
     assert crashed and "--no-such-flag" in crashed[0]["command"]
     assert "unrecognized arguments" in open(crashed[0]["traceback_path"]).read()

@@ -48,7 +48,8 @@ class FakeEvaluator:
             return row
         t = 1.0 + abs(tp - 2) * 0.3 + 1.0 / mb + (0.4 if ck else 0.0) + (0.0 if spec.plan.gpu == "h100" else 0.5)
         row.update(status="ok", iteration_time_s=t, cost_per_iteration_usd=t * 8 * 2.0 / 3600,
-                   cost_per_million_tokens_usd=t * 8 * 2.0 / 3600 / 0.065536, world_size=8, trial_wall_s=0.01)
+                   cost_per_million_tokens_usd=t * 8 * 2.0 / 3600 / 0.065536, world_size=8, trial_wall_s=0.01,
+                   bound_by="host" if mb == 1 else "compute")
         return row
 
 

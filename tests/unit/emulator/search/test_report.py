@@ -28,6 +28,7 @@ def test_terminal_report_ranks_and_says_what_the_answer_cost(tmp_path):
     assert "best 5 of" in text and "executed" in text and "skipped by pruning" in text
     assert "best: tp=2 micro_batch=4 checkpoint=False gpu=h100" in text
     assert "oom — out of memory on rank(s) [0]" in text
+    assert "bound by" in text and "compute" in text  # what sets each configuration's step
 
 
 def test_pareto_front_files_and_json(tmp_path):
@@ -44,3 +45,4 @@ def test_pareto_front_files_and_json(tmp_path):
     assert doc == json.loads(json.dumps(to_json(res, {k: v for k, v in files.items() if k != "json"}), default=str))
     assert doc["best"]["rank"] == 1 and doc["counts"]["evaluated"] == res.counts["evaluated"]
     assert doc["trials"][0]["knobs"] == {"tp": 2, "micro_batch": 4, "checkpoint": False, "gpu": "h100"}
+    assert doc["trials"][0]["bound_by"] == "compute"
