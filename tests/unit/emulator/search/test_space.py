@@ -149,3 +149,19 @@ def test_the_example_space_files_parse_and_set_overrides_constants():
     assert plan.argv[:4] == ["--layers", "2", "--hidden", "128"]
     with pytest.raises(SpaceError, match="only constants can be set"):
         load_space(EXAMPLES / "search" / "megatron.toml", overrides={"tp": 2})
+
+
+def test_the_readmes_megatron_space_is_the_shipped_file():
+    """The README shows `examples/search/megatron.toml` for users to copy: the same space, the same plans."""
+    import re
+
+    from emulator.search.space import load_space
+    from tests.paths import EXAMPLES
+
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    shown = re.search(r"The Megatron one:\s*```toml\n(.*?)```", readme, re.S).group(1)
+    s, shipped = parse_space(shown), load_space(EXAMPLES / "search" / "megatron.toml")
+    assert s.knobs == shipped.knobs and s.feasible() == shipped.feasible()
+    assert (s.cluster, s.predict, s.defaults) == (shipped.cluster, shipped.predict, shipped.defaults)
+    first = dict(zip(s.knobs, s.feasible()[0], strict=True))
+    assert s.plan(s.check(first)) == shipped.plan(shipped.check(first))
