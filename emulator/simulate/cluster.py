@@ -37,6 +37,10 @@ CLUSTER_KEYS = {"gpu", "nnodes", "gpus_per_node", "nproc_per_node", "nvlink_band
                 "internode_bandwidth_GBps", "intranode_latency_us", "internode_latency_us", "price_per_gpu_hour",
                 "launch_overhead_us", "host_gap_scale", "internode_collectives"}
 INTERNODE_COLLECTIVES = ("model", "learned")
+WHOLE_KEYS = ("nnodes", "gpus_per_node", "nproc_per_node", "nvlink_domain")  # counts: whole numbers >= 1
+POSITIVE_KEYS = ("nvlink_bandwidth_GBps", "internode_bandwidth_GBps")  # a link of no bandwidth is no link
+NON_NEGATIVE_KEYS = ("intranode_latency_us", "internode_latency_us", "price_per_gpu_hour", "launch_overhead_us",
+                     "host_gap_scale")
 DEFAULT_LAUNCH_OVERHEAD_S = 4e-6  # cudaLaunchKernel + ATen dispatch on a modern host CPU
 
 
@@ -85,12 +89,33 @@ def read_cluster_file(path: Path) -> dict:
     unknown = sorted(set(data) - CLUSTER_KEYS)
     if unknown:
         raise ClusterFileError(f"{path}: unknown keys {unknown}; known: {sorted(CLUSTER_KEYS)}")
+    _check_values(data, path)
     if isinstance(data.get("gpu"), dict):  # a variant: registered, and named by its key from here on
         try:
             data["gpu"] = variant_from_table(data["gpu"], f"{path} [gpu]").key
         except GPUVariantError as e:
             raise ClusterFileError(str(e)) from e
     return data
+
+
+def _check_values(data: dict, path: Path) -> None:
+    """Each setting's type and range, so a typo in a value (a string, a zero) is named here, not met later
+    as a Python error or silently replaced by the default."""
+    def number(v) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    for key, v in data.items():
+        if key in WHOLE_KEYS and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            raise ClusterFileError(f"{path}: {key} must be a whole number >= 1, got {v!r}")
+        if key in POSITIVE_KEYS and not (number(v) and v > 0):
+            raise ClusterFileError(f"{path}: {key} must be a number > 0, got {v!r}")
+        if key in NON_NEGATIVE_KEYS and not (number(v) and v >= 0):
+            raise ClusterFileError(f"{path}: {key} must be a number >= 0, got {v!r}")
+    if "gpu" in data and not isinstance(data["gpu"], str | dict):
+        raise ClusterFileError(f"{path}: gpu must be a part's name or a [gpu] table, got {data['gpu']!r}")
+    if data.get("internode_collectives", "model") not in INTERNODE_COLLECTIVES:
+        raise ClusterFileError(f"{path}: internode_collectives must be one of {list(INTERNODE_COLLECTIVES)}, "
+                               f"got {data['internode_collectives']!r}")
 
 
 def build_cluster(gpu: str, nnodes: int, gpus_per_node: int, file_settings: dict | None = None,

@@ -1,6 +1,7 @@
 """GPU variants: a `[gpu]` table describes the part a team rents as a known part plus what differs."""
 
 import json
+import re
 
 import pytest
 
@@ -82,7 +83,6 @@ def test_a_cluster_of_bridged_pairs_slows_an_eight_gpu_all_reduce(out8, tmp_path
 def test_the_readme_cluster_example_loads_and_sets_each_gpus_nic(tmp_path):
     """The README's cluster file is what users copy: every key must be known, and its network figure is a
     GPU's own NIC (the collective model multiplies it by the group's GPUs in a node)."""
-    import re
     from pathlib import Path
 
     from emulator.simulate.cluster import build_cluster
@@ -95,3 +95,21 @@ def test_the_readme_cluster_example_loads_and_sets_each_gpus_nic(tmp_path):
     cluster = build_cluster(settings["gpu"], settings["nnodes"], settings["gpus_per_node"], settings)
     assert cluster.spec.internode_bandwidth == settings["internode_bandwidth_GBps"] * 1e9
     assert 12.5 <= settings["internode_bandwidth_GBps"] <= 100  # one NIC of 100-800 Gb/s, not a node's sum
+
+
+@pytest.mark.parametrize("line, says", [
+    ('internode_bandwidth_GBps = "fast"', "internode_bandwidth_GBps must be a number > 0, got 'fast'"),
+    ("nvlink_bandwidth_GBps = 0", "nvlink_bandwidth_GBps must be a number > 0, got 0"),
+    ("nnodes = 0", "nnodes must be a whole number >= 1, got 0"),
+    ("gpus_per_node = 2.5", "gpus_per_node must be a whole number >= 1, got 2.5"),
+    ("price_per_gpu_hour = -1", "price_per_gpu_hour must be a number >= 0, got -1"),
+    ("host_gap_scale = true", "host_gap_scale must be a number >= 0, got True"),
+    ('internode_collectives = "fitted"', "internode_collectives must be one of"),
+    ("gpu = 100", "gpu must be a part's name"),
+])
+def test_a_cluster_value_of_the_wrong_kind_is_named_before_anything_runs(out8, tmp_path, line, says):
+    f = tmp_path / "cluster.toml"
+    f.write_text(line + "\n")
+    with pytest.raises(ClusterFileError, match=re.escape(says)):
+        predict_from_trace(out8, cluster=f, roofline_only=True)
+    assert not (out8 / "prediction.json").exists()
