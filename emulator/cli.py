@@ -469,7 +469,7 @@ def search(
     try:
         sp = load_space(space, gpus=gpus, overrides=parse_overrides(set_))
         opts = Options(objective=objective or sp.defaults.get("objective", "time"),
-                       budget=budget or int(sp.defaults.get("budget", 300)),
+                       budget=budget if budget is not None else int(sp.defaults.get("budget", 300)),
                        algorithm=algorithm or sp.defaults.get("algorithm", "cmaes"), seed=seed, gpus=gpus,
                        roofline_only=roofline_only, workers=workers, engine=engine, ray_address=ray_address)
         opts.check(script)

@@ -64,6 +64,8 @@ class Options:
             ("engine", self.engine, ("ray", "inline"))) if value not in allowed]
         if self.budget < 1:
             problems.append(f"--budget must be at least 1, got {self.budget}")
+        if self.workers < 1:
+            problems.append(f"--workers must be at least 1, got {self.workers}")
         if script and not Path(script).is_file():
             problems.append(f"no such script: {script}")
         if problems:

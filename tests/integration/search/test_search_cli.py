@@ -79,6 +79,12 @@ def test_bad_space_is_refused_before_any_trial(space):
     assert ("[program] args[3]: template '{microbatch}' names ['microbatch'], which the space does not define"
             in r.stdout)
     assert not (space / "warehouse" / "search" / "trials").exists()
+    (space / "space.toml").write_text(SPACE)
+    for flags, says in ((["--budget", "0"], "--budget must be at least 1, got 0"),
+                        (["--workers", "0"], "--workers must be at least 1, got 0")):
+        r = maya_search(space, "--engine", "inline", *flags)
+        assert r.returncode == 2 and says in r.stdout  # a zero budget is not the default 300
+    assert not (space / "warehouse" / "search" / "trials").exists()
 
 
 def test_ray_engine_runs_trials_on_a_local_ray(space):
