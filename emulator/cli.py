@@ -230,7 +230,7 @@ _GPU_SPEC = typer.Option(None, "--gpu-spec",
                               "bandwidth, power limit / sustained clock, NVLink, price); overrides --gpu")
 _ITERATIONS = typer.Option(None, "--iterations", help="stop cleanly after K optimizer steps (default: run to the end)")
 _DEDUP = typer.Option(True, "--dedup/--no-dedup", help="emulate ranks with identical work once")
-_JOBS = typer.Option(None, "--jobs", help="ranks emulated in parallel (default: cores)")
+_JOBS = typer.Option(None, "--jobs", min=1, help="ranks emulated in parallel (default: cores)")
 _ROUTING = typer.Option(None, "--routing", help=_ROUTING_HELP)
 _ALLOW_UNSUPPORTED = typer.Option(False, "--allow-unsupported", help=_UNSUPPORTED_HELP)
 
@@ -345,9 +345,9 @@ _JSON = typer.Option(False, "--json", help="print prediction.json to stdout (onl
                                           "stderr); exit codes unchanged")
 _DEBUG = typer.Option(False, "--debug", help="on an unreadable folder, show the traceback, not one line")
 _CLUSTER = typer.Option(None, "--cluster", help="cluster description (JSON/TOML): part, nodes, links, price")
-_PRICE = typer.Option(None, "--price-per-gpu-hour",
+_PRICE = typer.Option(None, "--price-per-gpu-hour", min=0,
                       help="USD per GPU-hour for the cost (default: the cluster file's, else the part's price)")
-_TOKENS = typer.Option(None, "--tokens-per-iteration",
+_TOKENS = typer.Option(None, "--tokens-per-iteration", min=1,
                        help="tokens one optimizer step consumes, for tokens/s and cost per token (default: "
                             "inferred from the input batch)")
 _TIMELINE = typer.Option(True, "--timeline/--no-timeline",
@@ -362,8 +362,8 @@ def simulate(
     gpu: str = typer.Option(None, help="re-target another GPU (default: the emulated one)"),
     gpu_spec: Path = typer.Option(None, "--gpu-spec",
                                   help="re-target a GPU variant: TOML/JSON file with a [gpu] table (overrides --gpu)"),
-    nnodes: int = typer.Option(None, "--nnodes", help="re-shape: nodes (default: the emulated job's)"),
-    nproc_per_node: int = typer.Option(None, "--nproc-per-node", "--nproc_per_node",
+    nnodes: int = typer.Option(None, "--nnodes", min=1, help="re-shape: nodes (default: the emulated job's)"),
+    nproc_per_node: int = typer.Option(None, "--nproc-per-node", "--nproc_per_node", min=1,
                                        help="re-shape: GPUs per node (default: the emulated job's)"),
     cluster: Path = _CLUSTER,
     price_per_gpu_hour: float = _PRICE,

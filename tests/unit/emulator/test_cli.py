@@ -42,6 +42,18 @@ def test_bad_input_is_bad_input_and_writes_nothing(tmp_path, args):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("flag, value", [("--price-per-gpu-hour", "-1"), ("--tokens-per-iteration", "0"),
+                                         ("--jobs", "0")])
+def test_a_number_out_of_range_is_refused_not_read_as_the_default(tmp_path, flag, value):
+    """0 tokens or 0 jobs used to mean "not given" (the inferred count, all cores); a negative price a negative
+    cost. Each is refused before the program runs."""
+    res = runner.invoke(app, ["predict", "--roofline-only", "--out", str(tmp_path / "out"), flag, value, "train.py"])
+    assert res.exit_code == Exit.BAD_INPUT, res.output
+    assert flag in res.output and not (tmp_path / "out").exists()
+    res = runner.invoke(app, ["simulate", str(_folder(tmp_path)), "--nnodes", "0", "--roofline-only"])
+    assert res.exit_code == Exit.BAD_INPUT and "--nnodes" in res.output
+
+
 def test_predict_without_predictors_refuses_before_emulating(tmp_path, monkeypatch):
     monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "warehouse"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'empty.db'}")
