@@ -326,6 +326,10 @@ def load_space(path: Path | str, gpus: int | None = None, overrides: dict | None
     return parse_space(text, gpus=gpus, path=str(path), overrides=overrides)
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 def parse_overrides(items: list[str] | None) -> dict:
     """`--set NAME=VALUE` items as {name: value} (VALUE read as a TOML value, else as a string)."""
     out = {}
@@ -363,6 +367,10 @@ def _parse_space(text: str, gpus: int | None, path: str, overrides: dict) -> Spa
     unknown = sorted(set(overrides) - set(constants))
     if unknown:
         raise SpaceError(f"{path}: --set {unknown}: only constants can be set, the space's are {sorted(constants)}")
+    for name, value in overrides.items():  # a number stays a number: `--set layers=abc` is a typo, not a value
+        was = constants[name]
+        if _is_number(was) and not _is_number(value):
+            raise SpaceError(f"{path}: --set {name}={value!r}: the file's {name} is a number ({was!r})")
     constants.update(overrides)
     clash = sorted(set(constants) & set(knobs))
     if clash:

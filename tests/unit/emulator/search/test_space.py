@@ -165,3 +165,13 @@ def test_the_readmes_megatron_space_is_the_shipped_file():
     assert (s.cluster, s.predict, s.defaults) == (shipped.cluster, shipped.predict, shipped.defaults)
     first = dict(zip(s.knobs, s.feasible()[0], strict=True))
     assert s.plan(s.check(first)) == shipped.plan(shipped.check(first))
+
+
+def test_a_set_constant_keeps_its_kind():
+    from emulator.search.space import load_space, parse_overrides
+    from tests.paths import EXAMPLES
+
+    with pytest.raises(SpaceError, match=r"--set layers='abc': the file's layers is a number \(24\)"):
+        load_space(EXAMPLES / "search" / "megatron.toml", overrides=parse_overrides(["layers=abc"]))
+    assert load_space(EXAMPLES / "search" / "megatron.toml", overrides=parse_overrides(["layers=12"])).constants[
+        "layers"] == 12
