@@ -520,6 +520,10 @@ def calibrate(
     skip_predictors: bool = typer.Option(False, "--skip-predictors", help="measure only; do not train/publish"),
 ):
     """Measure the local device, train and publish its predictors (the Dagster chain)."""
+    for flag, value in (("--budget-s", budget_s), ("--collective-budget-s", collective_budget_s),
+                        ("--in-training-budget-s", in_training_budget_s)):
+        if value is not None and not value > 0:
+            _refuse(f"{flag} must be a number of seconds > 0, got {value}")
     raise typer.Exit(_call("pipelines.calibrate", gpu=_gpu(gpu).key, budget_s=budget_s,
                            collective_budget_s=collective_budget_s, in_training_budget_s=in_training_budget_s,
                            traces=list(traces or []), skip_predictors=skip_predictors))

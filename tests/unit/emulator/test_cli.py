@@ -52,6 +52,8 @@ def test_a_number_out_of_range_is_refused_not_read_as_the_default(tmp_path, flag
     assert flag in res.output and not (tmp_path / "out").exists()
     res = runner.invoke(app, ["simulate", str(_folder(tmp_path)), "--nnodes", "0", "--roofline-only"])
     assert res.exit_code == Exit.BAD_INPUT and "--nnodes" in res.output
+    res = runner.invoke(app, ["calibrate", "--gpu", "cpu", "--budget-s", "-5"])  # it used to calibrate anyway
+    assert res.exit_code == Exit.BAD_INPUT and "--budget-s must be a number of seconds > 0, got -5.0" in res.output
     for flag, value in (("--seed", "-1"), ("--gpus", "0")):  # a negative seed was numpy's ValueError
         res = runner.invoke(app, ["search", "--space", "space.toml", flag, value, "train.py"])
         assert res.exit_code == Exit.BAD_INPUT and flag in res.output
