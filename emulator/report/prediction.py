@@ -285,20 +285,21 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
     return pred
 
 
-HOST_BOUND_SHARE = 0.8  # the host's own work per step, as a share of the step, that makes it the limit
+HOST_BOUND_SHARE = 0.9  # the host's own work per step, as a share of the step, that makes it the limit
 IDLE_BOUND_SHARE = 0.5  # the device idle for more than this share of the step: it is not what sets the step
 
 
 def bound_by(iteration_s: float | None, breakdown: dict) -> str | None:
-    """What sets the step, from its breakdown: "host" when the device idles most of the step and the host's
-    own work fills it (a faster GPU would not shorten it, and the figure is host time scaled to the target's
-    CPU), "waiting" when the device idles most of the step without that (pipeline bubbles, a slower peer),
-    else "communication" when exposed communication exceeds compute, else "compute"."""
+    """What sets the step, from its breakdown: "host" when the host's own work (the busiest rank's) fills the
+    step (a faster GPU would not shorten it, and the figure is host time scaled to the target's CPU),
+    "waiting" when the device idles most of the step without that (pipeline bubbles, a slower peer), else
+    "communication" when exposed communication exceeds compute, else "compute"."""
     if not iteration_s or any(breakdown.get(k) is None for k in ("compute", "exposed_communication", "host", "idle")):
         return None
-    idle = breakdown["idle"] / iteration_s
-    if idle > IDLE_BOUND_SHARE:
-        return "host" if breakdown["host"] >= HOST_BOUND_SHARE * iteration_s else "waiting"
+    if breakdown["host"] >= HOST_BOUND_SHARE * iteration_s:
+        return "host"
+    if breakdown["idle"] > IDLE_BOUND_SHARE * iteration_s:
+        return "waiting"
     return "communication" if breakdown["exposed_communication"] > breakdown["compute"] else "compute"
 
 
