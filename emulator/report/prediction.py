@@ -281,7 +281,7 @@ def build_prediction(job: CollatedJob, cluster: Cluster, timing: Timing | None, 
     if not summary.complete and not pred.oom:
         pred.warning = "the emulation did not complete; the trace may miss work"
     pred.notes = notes(summary)
-    pred.bound_by = bound_by(pred.iteration_time_s, pred.breakdown_s)
+    pred.bound_by = bound_by(pred.iteration_time_s, pred.breakdown_s, timing.busiest_host_s if timing else None)
     return pred
 
 
@@ -289,14 +289,15 @@ HOST_BOUND_SHARE = 0.9  # the host's own work per step, as a share of the step, 
 IDLE_BOUND_SHARE = 0.5  # the device idle for more than this share of the step: it is not what sets the step
 
 
-def bound_by(iteration_s: float | None, breakdown: dict) -> str | None:
-    """What sets the step, from its breakdown: "host" when the host's own work (the busiest rank's) fills the
-    step (a faster GPU would not shorten it, and the figure is host time scaled to the target's CPU),
-    "waiting" when the device idles most of the step without that (pipeline bubbles, a slower peer), else
-    "communication" when exposed communication exceeds compute, else "compute"."""
+def bound_by(iteration_s: float | None, breakdown: dict, busiest_host_s: float | None = None) -> str | None:
+    """What sets the step, from its breakdown: "host" when a rank's own host work (the busiest rank's where
+    given, else the ranks' mean in `breakdown`) fills the step (a faster GPU would not shorten it, and the
+    figure is host time scaled to the target's CPU), "waiting" when the device idles most of the step without
+    that (pipeline bubbles, a slower peer), else "communication" when exposed communication exceeds compute,
+    else "compute"."""
     if not iteration_s or any(breakdown.get(k) is None for k in ("compute", "exposed_communication", "host", "idle")):
         return None
-    if breakdown["host"] >= HOST_BOUND_SHARE * iteration_s:
+    if max(breakdown["host"], busiest_host_s or 0.0) >= HOST_BOUND_SHARE * iteration_s:
         return "host"
     if breakdown["idle"] > IDLE_BOUND_SHARE * iteration_s:
         return "waiting"

@@ -33,9 +33,9 @@ def _bound(pred: dict) -> str | None:
         return None
     busy = 1.0 - (b.get("idle") or 0.0) / t
     if kind == "host":
-        return (f"the host: its own work fills {100 * (b.get('host') or 0.0) / t:.0f} % of the step (the device is "
-                f"busy {100 * busy:.0f} %); a faster GPU would not shorten it, and the step is host time scaled to "
-                "the target's CPU (host time scale below)")
+        return (f"the host: a rank's own host work fills the step (the device is busy {100 * busy:.0f} % of it); a "
+                "faster GPU would not shorten it, and the step is host time scaled to the target's CPU (host time "
+                "scale below)")
     if kind == "waiting":
         return f"waiting: the device is busy {100 * busy:.0f} % of the step (pipeline bubbles, slower peers)"
     if kind == "communication":

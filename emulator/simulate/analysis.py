@@ -45,6 +45,7 @@ class Timing:
     steady: list[int]  # iteration ids the steady state is taken over
     breakdown_s: dict[str, float]
     setup_s: float = 0.0  # program start to the first forward/backward op (model init, weight copies)
+    busiest_host_s: float = 0.0  # the busiest rank's host work per steady iteration (breakdown_s["host"]: the mean)
 
 
 def _rep_index(rep: RepTrace) -> dict:
@@ -149,7 +150,7 @@ def timing(result: SimResult, launch_overhead_s: float = 0.0, max_sampled_ranks:
     if len(iterations_s) > 1 and busiest_host > t_iter:
         t_iter = window = busiest_host
     breakdown["idle"] = max(0.0, window - breakdown["compute"] - breakdown["exposed_communication"])
-    return Timing(ids, end_list, iterations_s, t_iter, steady, breakdown, setup)
+    return Timing(ids, end_list, iterations_s, t_iter, steady, breakdown, setup, busiest_host)
 
 
 def _setup_end(result: SimResult) -> float:

@@ -106,7 +106,7 @@ def flag(row: dict, lines: list[dict]) -> str | None:
         parts = [f"{ln['family']} {(ln['share'] or 0) * 100:.0f}% of the step, "
                  f"{_heldout_text(ln.get('heldout_median_ape'))}, "
                  f"fallback {(ln.get('fallback_share') or 0) * 100:.0f}%" for ln in worst]
-    host_bound = bound_by(row.get("predicted_s"), row.get("breakdown_s") or {}) == "host"
+    host_bound = (row.get("bound_by") or bound_by(row.get("predicted_s"), row.get("breakdown_s") or {})) == "host"
     bound = " (host-bound: the host time sets the step)" if host_bound else ""
     return f"{err * 100:+.0f}%{bound}; largest families: " + "; ".join(parts)
 

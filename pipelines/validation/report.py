@@ -38,6 +38,7 @@ def row_for(case, result, llm_analysis_s: float | None = None, llm_analysis_note
            "roofline_s": result.roofline_s, "llm_analysis_s": llm_analysis_s, "oom": result.oom,
            "coverage": result.coverage, "error": result.error, "llm_analysis_note": llm_analysis_note,
            "wall_s": result.wall_s, "breakdown_s": getattr(result, "breakdown", {}),
+           "bound_by": getattr(result, "bound_by", None),
            "roofline_sim_s": getattr(result, "roofline_sim_s", None), "load_avg": getattr(result, "load_avg", None),
            "device_time_by_family": getattr(result, "device_time_by_family", {}),
            "measured_by_family": getattr(result, "measured_by_family", {}),
@@ -148,10 +149,15 @@ def markdown_summary(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bound_by(row: dict) -> str | None:
+    """The prediction's own `bound_by`; rows stored before it existed: the same rule from their breakdown."""
+    return row.get("bound_by") or bound_by(row.get("predicted_s"), row.get("breakdown_s") or {})
+
+
 def host_bound(rows: list[dict]) -> str:
     """A diagnosis line: how many predictions the simulated host time (not the device) determines."""
     scored = [r for r in rows if r.get("predicted_s") and r.get("breakdown_s")]
-    bound = [r for r in scored if bound_by(r["predicted_s"], r["breakdown_s"]) == "host"]
+    bound = [r for r in scored if _bound_by(r) == "host"]
     if not bound:
         return ""
     over = [r for r in bound if (r.get("maya_error") or 0) > 0]

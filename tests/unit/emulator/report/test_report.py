@@ -150,3 +150,20 @@ def test_the_answer_says_what_sets_the_step(tmp_path):
     gemms = predict_from_trace(_out(tmp_path), roofline_only=True)
     assert gemms.bound_by in ("compute", "communication")
     assert gemms.breakdown_s["idle"] < 0.5 * gemms.iteration_time_s
+
+
+def test_one_rank_whose_host_work_fills_the_step_makes_the_job_host_bound(tmp_path):
+    """Rank 1 spends 1 ms of Python before each tiny kernel, rank 0 none; their all-reduce makes rank 0 wait,
+    so the step is rank 1's host work although the ranks' mean host time is half of it."""
+    tables = {}
+    for r in range(2):
+        b = TraceBuilder(r, host_gap_s=1e-3 if r == 1 else 1e-6)
+        for it in range(3):
+            b.iteration = it
+            for _ in range(10):
+                b.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
+            b.collective("c10d::allreduce_", "0", [0, 1], 4096)
+        tables[r] = b.table()
+    pred = predict_from_trace(write_job(tmp_path / "out", tables), roofline_only=True)
+    assert pred.breakdown_s["host"] < 0.7 * pred.iteration_time_s  # the mean over the ranks
+    assert pred.bound_by == "host"
