@@ -209,6 +209,23 @@ def parallel3d_job(tp: int, pp: int, dp: int, gpus_per_node: int = 8, **kw) -> C
                        ranks=views)
 
 
+def host_bound_tables(host_gaps_s: list[float], iterations: int = 3, kernels: int = 10) -> dict[int, pa.Table]:
+    """One table per rank (one rank per entry of `host_gaps_s`): `kernels` tiny adds an iteration, each after
+    that rank's host gap (its Python), and with several ranks an all-reduce closing every iteration."""
+    world = len(host_gaps_s)
+    tables = {}
+    for r, gap in enumerate(host_gaps_s):
+        b = TraceBuilder(r, host_gap_s=gap)
+        for it in range(iterations):
+            b.iteration = it
+            for _ in range(kernels):
+                b.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
+            if world > 1:
+                b.collective("c10d::allreduce_", "0", list(range(world)), 4096)
+        tables[r] = b.table()
+    return tables
+
+
 def ddp_rank(rank: int, world: int, layers: int = 4, hidden: int = 2048, tokens: int = 8192,
              async_op: bool = True, iterations: int = 3, record_waits: bool = False) -> TraceBuilder:
     """One rank of a data-parallel MLP stack: each layer's gradient bucket is all-reduced as soon as the

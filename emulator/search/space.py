@@ -58,7 +58,7 @@ from pathlib import Path
 
 from emulator.core.hardware import UnknownGPUError, get_gpu
 from emulator.search.expr import EvalError, Expr, ExprError, parse
-from emulator.simulate.cluster import CLUSTER_KEYS
+from emulator.simulate.cluster import CLUSTER_KEYS, is_number
 
 SECTIONS = {"knobs", "constants", "derived", "constraints", "program", "cluster", "predict", "search", "points"}
 KNOB_KEYS = {"type", "values", "min", "max", "step", "memory", "time", "help"}
@@ -326,10 +326,6 @@ def load_space(path: Path | str, gpus: int | None = None, overrides: dict | None
     return parse_space(text, gpus=gpus, path=str(path), overrides=overrides)
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 def parse_overrides(items: list[str] | None) -> dict:
     """`--set NAME=VALUE` items as {name: value} (VALUE read as a TOML value, else as a string)."""
     out = {}
@@ -369,7 +365,7 @@ def _parse_space(text: str, gpus: int | None, path: str, overrides: dict) -> Spa
         raise SpaceError(f"{path}: --set {unknown}: only constants can be set, the space's are {sorted(constants)}")
     for name, value in overrides.items():  # a number stays a number: `--set layers=abc` is a typo, not a value
         was = constants[name]
-        if _is_number(was) and not _is_number(value):
+        if is_number(was) and not is_number(value):
             raise SpaceError(f"{path}: --set {name}={value!r}: the file's {name} is a number ({was!r})")
     constants.update(overrides)
     clash = sorted(set(constants) & set(knobs))

@@ -89,6 +89,12 @@ def phase_budget(row: dict) -> list[dict]:
     return lines
 
 
+def row_bound_by(row: dict) -> str | None:
+    """A report row's `bound_by`: its prediction's own; rows stored before predictions said it, the same rule
+    (`emulator.report.prediction.bound_by`) read from their breakdown."""
+    return row.get("bound_by") or bound_by(row.get("predicted_s"), row.get("breakdown_s") or {})
+
+
 def flag(row: dict, lines: list[dict]) -> str | None:
     """Why a case more than FLAG_ERROR off is off, from its largest family errors; None within bounds."""
     err = row.get("maya_error")
@@ -106,8 +112,7 @@ def flag(row: dict, lines: list[dict]) -> str | None:
         parts = [f"{ln['family']} {(ln['share'] or 0) * 100:.0f}% of the step, "
                  f"{_heldout_text(ln.get('heldout_median_ape'))}, "
                  f"fallback {(ln.get('fallback_share') or 0) * 100:.0f}%" for ln in worst]
-    host_bound = (row.get("bound_by") or bound_by(row.get("predicted_s"), row.get("breakdown_s") or {})) == "host"
-    bound = " (host-bound: the host time sets the step)" if host_bound else ""
+    bound = " (host-bound: the host time sets the step)" if row_bound_by(row) == "host" else ""
     return f"{err * 100:+.0f}%{bound}; largest families: " + "; ".join(parts)
 
 

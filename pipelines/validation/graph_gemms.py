@@ -62,24 +62,28 @@ def _node(kind: str, target: str, meta: str, shapes: list, out_shape: str) -> tu
     return None
 
 
-def curate(root: Path, out: Path | None = None) -> pd.DataFrame:
-    """One row per GEMM node of every NeuSight graph of a known GPU, the GPU table's models left out."""
-    out = out or graph_gemms_path()
-    rows = []
+def _graph_nodes(root: Path, left_out: set[str] = frozenset()):
+    """(gpu, label CSV path, model, CSV row, (layout, m, k, n)) of every GEMM node of every NeuSight graph of a
+    known GPU, the models in `left_out` skipped."""
     for gpu_dir, gpu in sorted(NEUSIGHT_GPUS.items()):
         for path in sorted((root / LABELS / gpu_dir).glob("*.csv")):
             hit = _GRAPH.match(path.name)
-            if not hit or hit["model"] in LEFT_OUT:
+            if not hit or hit["model"] in left_out:
                 continue
             for r in pd.read_csv(path).itertuples(index=False):
                 shapes = ast.literal_eval(r.input_shapes) if isinstance(r.input_shapes, str) else []
                 node = _node(r.op, str(r.target), str(r.meta), shapes, str(r.output_shape))
-                if node is None:
-                    continue
-                layout, m, k, n = node
-                rows.append({"gpu": gpu, "graph": path.stem, "node": r.Name, "layout": layout, "m": m, "k": k, "n": n,
-                             "fw_s": r.fw_latency / 1e3, "bw_s": r.bw_latency / 1e3,
-                             "provenance": f"{NEUSIGHT}:{LABELS}/{gpu_dir}/{path.name}", "evaluation_only": True})
+                if node is not None:
+                    yield gpu, path, hit["model"], r, node
+
+
+def curate(root: Path, out: Path | None = None) -> pd.DataFrame:
+    """One row per GEMM node of every NeuSight graph of a known GPU, the GPU table's models left out."""
+    out = out or graph_gemms_path()
+    rows = [{"gpu": gpu, "graph": path.stem, "node": r.Name, "layout": layout, "m": m, "k": k, "n": n,
+             "fw_s": r.fw_latency / 1e3, "bw_s": r.bw_latency / 1e3,
+             "provenance": f"{NEUSIGHT}:{path.relative_to(root)}", "evaluation_only": True}
+            for gpu, path, _, r, (layout, m, k, n) in _graph_nodes(root, LEFT_OUT)]
     if not rows:
         raise FileNotFoundError(f"no NeuSight graph CSVs under {root / LABELS}")
     df = pd.DataFrame(rows)
@@ -98,21 +102,9 @@ def same_shape(root: Path) -> pd.DataFrame:
     graph forward time / sweep time (evaluation data read to explain an error; nothing trains on it)."""
     rows = pd.read_csv(root / LINEAR_ROWS)
     rows = rows.assign(m=rows["B"] * rows["M"]).groupby(["Device", "m", "K", "N"])["Latency"].min()
-    out = []
-    for gpu_dir, gpu in sorted(NEUSIGHT_GPUS.items()):
-        device = NEUSIGHT_DEVICE.get(gpu)
-        for path in sorted((root / LABELS / gpu_dir).glob("*.csv")):
-            hit = _GRAPH.match(path.name)
-            if not hit:
-                continue
-            for r in pd.read_csv(path).itertuples(index=False):
-                shapes = ast.literal_eval(r.input_shapes) if isinstance(r.input_shapes, str) else []
-                node = _node(r.op, str(r.target), str(r.meta), shapes, str(r.output_shape))
-                if node is None or (device, node[1], node[2], node[3]) not in rows.index:
-                    continue
-                layout, m, k, n = node
-                out.append({"gpu": gpu, "layout": layout, "model": hit["model"], "m": m, "k": k, "n": n,
-                            "ratio": r.fw_latency / rows[(device, m, k, n)]})
+    out = [{"gpu": gpu, "layout": layout, "model": model, "ratio": r.fw_latency / rows[key]}
+           for gpu, _, model, r, (layout, m, k, n) in _graph_nodes(root)
+           if (key := (NEUSIGHT_DEVICE.get(gpu), m, k, n)) in rows.index]
     df = pd.DataFrame(out)
     if df.empty:
         raise FileNotFoundError(f"no graph node of {root / LABELS} has a row in {root / LINEAR_ROWS}")

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from emulator.core.files import atomic_write_bytes
-from emulator.report.prediction import bound_by
+from emulator.report.prediction import HOST_BOUND_SHARE
 from emulator.trace.io import write_json
 from pipelines.validation import budget
 from pipelines.validation.metrics import meets, pct, rel_error, summarize
@@ -149,21 +149,17 @@ def markdown_summary(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _bound_by(row: dict) -> str | None:
-    """The prediction's own `bound_by`; rows stored before it existed: the same rule from their breakdown."""
-    return row.get("bound_by") or bound_by(row.get("predicted_s"), row.get("breakdown_s") or {})
-
-
 def host_bound(rows: list[dict]) -> str:
     """A diagnosis line: how many predictions the simulated host time (not the device) determines."""
     scored = [r for r in rows if r.get("predicted_s") and r.get("breakdown_s")]
-    bound = [r for r in scored if _bound_by(r) == "host"]
+    bound = [r for r in scored if budget.row_bound_by(r) == "host"]
     if not bound:
         return ""
     over = [r for r in bound if (r.get("maya_error") or 0) > 0]
     return (f"\n{len(bound)} of {len(scored)} predictions are host-bound (`bound_by`): the simulated host time (the "
-            f"trace's recorded host gaps plus launch overhead) fills the step while the device idles most of it, so "
-            f"the iteration time is the host's; {len(over)} of them over-predict. The `maya host / device` column "
+            f"trace's recorded host gaps plus launch overhead) of a rank fills at least {HOST_BOUND_SHARE:.0%} of "
+            f"the step, so the iteration time is the host's; {len(over)} of them over-predict. The `maya host / "
+            f"device` column "
             f"shows both; where the device figure is close to the measurement, the error comes from the host-gap "
             f"timing, not from the kernel predictors.\n")
 

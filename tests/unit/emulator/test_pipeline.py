@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from emulator.bench.synthetic import TraceBuilder, ddp_rank, write_job
+from emulator.bench.synthetic import TraceBuilder, ddp_rank, host_bound_tables, write_job
 from emulator.cli import app, simulate_command
 from emulator.pipeline import predict_from_trace
 
@@ -90,21 +90,8 @@ def test_cli_simulate_and_hang_exit_codes(tmp_path):
     assert pred["iteration_time_s"] is None and pred["hang"]["issues"][0]["missing"] == [1]
 
 
-def _host_bound_tables() -> dict:
-    tables = {}
-    for r in range(2):
-        b = TraceBuilder(r, host_gap_s=1e-3)  # a host-bound program: 1 ms of Python per tiny kernel
-        for it in range(3):
-            b.iteration = it
-            for _ in range(10):
-                b.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
-            b.collective("c10d::allreduce_", "0", [0, 1], 4096)
-        tables[r] = b.table()
-    return tables
-
-
 def test_host_gap_scale_models_a_faster_host(tmp_path):
-    out = write_job(tmp_path / "out", _host_bound_tables())
+    out = write_job(tmp_path / "out", host_bound_tables([1e-3, 1e-3]))
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps({"host_gap_scale": 0.1}))
     base = predict_from_trace(out, roofline_only=True)
@@ -122,7 +109,7 @@ def test_host_gaps_scale_by_the_measured_host_speed_of_the_target_nodes(tmp_path
     monkeypatch.setenv("MAYA_WAREHOUSE", str(tmp_path / "wh"))
     monkeypatch.setenv("MAYA_REFERENCE", str(tmp_path / "no-reference"))
     here = {"workload": WORKLOAD, "s_per_op": 20e-6}
-    out = write_job(tmp_path / "out", _host_bound_tables(), host_speed=here)
+    out = write_job(tmp_path / "out", host_bound_tables([1e-3, 1e-3]), host_speed=here)
     unmeasured = predict_from_trace(out, roofline_only=True)
     assert unmeasured.host_speed["scale"] == 1.0 and "no host-speed measurement of any GPU node" in \
         unmeasured.host_speed["source"]

@@ -5,7 +5,7 @@ import json
 import pytest
 from rich.console import Console
 
-from emulator.bench.synthetic import TraceBuilder, ddp_rank, write_job
+from emulator.bench.synthetic import TraceBuilder, ddp_rank, host_bound_tables, write_job
 from emulator.cli import simulate_command
 from emulator.pipeline import predict_from_trace
 from emulator.report.prediction import CONTRACT_KEYS
@@ -136,12 +136,7 @@ def test_timeline_has_a_host_lane_with_its_waits_and_a_memory_counter(tmp_path):
 def test_the_answer_says_what_sets_the_step(tmp_path):
     """A program of tiny kernels with 1 ms of Python before each is bound by its host: the device idles, a
     faster GPU would not help; the DDP stack of large GEMMs is not, and a faster host would not help it."""
-    host = TraceBuilder(0, host_gap_s=1e-3)
-    for it in range(3):
-        host.iteration = it
-        for _ in range(10):
-            host.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
-    slow_host = write_job(tmp_path / "host", {0: host.table()}, nproc_per_node=1)
+    slow_host = write_job(tmp_path / "host", host_bound_tables([1e-3]), nproc_per_node=1)
     pred = predict_from_trace(slow_host, roofline_only=True)
     assert pred.bound_by == "host" and json.loads((slow_host / "prediction.json").read_text())["bound_by"] == "host"
     console = Console(record=True, width=240)
@@ -155,15 +150,6 @@ def test_the_answer_says_what_sets_the_step(tmp_path):
 def test_one_rank_whose_host_work_fills_the_step_makes_the_job_host_bound(tmp_path):
     """Rank 1 spends 1 ms of Python before each tiny kernel, rank 0 none; their all-reduce makes rank 0 wait,
     so the step is rank 1's host work although the ranks' mean host time is half of it."""
-    tables = {}
-    for r in range(2):
-        b = TraceBuilder(r, host_gap_s=1e-3 if r == 1 else 1e-6)
-        for it in range(3):
-            b.iteration = it
-            for _ in range(10):
-                b.kernel("aten::add", [[64, 64], [64, 64]], ["float32"] * 2)
-            b.collective("c10d::allreduce_", "0", [0, 1], 4096)
-        tables[r] = b.table()
-    pred = predict_from_trace(write_job(tmp_path / "out", tables), roofline_only=True)
+    pred = predict_from_trace(write_job(tmp_path / "out", host_bound_tables([1e-6, 1e-3])), roofline_only=True)
     assert pred.breakdown_s["host"] < 0.7 * pred.iteration_time_s  # the mean over the ranks
     assert pred.bound_by == "host"
