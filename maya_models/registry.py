@@ -205,7 +205,10 @@ def _history(kind: str, gpu: str) -> list[str]:
 def set_champion(kind: str, gpu: str, version: str) -> None:
     c = client()
     name = model_name(kind, gpu)
-    c.get_model_version(name, version)  # raises if the version does not exist
+    known = [str(v.version) for v in c.search_model_versions(f"name='{name}'")]
+    if str(version) not in known:
+        raise RegistryError(f"{name} has no version {version}; registered: "
+                            + (", ".join(sorted(known, key=int)) or "none (`maya models bootstrap` registers some)"))
     c.set_registered_model_alias(name, CHAMPION_ALIAS, version)
     hist = _history(kind, gpu)
     if not hist or hist[-1] != str(version):

@@ -110,6 +110,10 @@ def test_worse_challenger_is_not_promoted_and_rollback_works(trained, data, caps
     assert main(["rollback", "--gpu", "h100", "--kind", "collectives"]) == 1  # nothing earlier: says so, fails
     out = capsys.readouterr().out
     assert "maya-kernels-h100" in out and "champion" in out and "nothing earlier to roll back to" in out
+    # forcing a version that was never registered names the ones that were, and moves nothing
+    assert main(["promote", "--gpu", "h100", "--kind", "kernels", "--version", "99"]) == 1
+    assert "maya-kernels-h100 has no version 99; registered: 1, 2" in capsys.readouterr().out
+    assert champion_version("kernels", "h100") == "1"
     set_champion("kernels", "h100", "2")  # an operator forces it ...
     assert champion_version("kernels", "h100") == "2"
     assert rollback("kernels", "h100") == {"model": "maya-kernels-h100", "from": "2", "to": "1"}
