@@ -39,6 +39,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES),
                    help="compute dtype on GPUs (autocast / FSDP mixed precision); CPU runs stay float32")
     p.add_argument("--activation-checkpointing", "--ac", action="store_true", dest="ac")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (Inductor)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=1)
     return p

@@ -23,6 +23,8 @@ def main():
     model.init_weights(args.seed)
     print(f"{count_params(model) / 1e6:.1f}M parameters on {device}", flush=True)
 
+    if args.compile:
+        model = torch.compile(model)
     opt = optimizer(model, args.lr)
     data = batches(cfg, args.batch_size, device, args.seed)
     log = StepLog(0, args.log_every, args.batch_size * cfg.seq_len)

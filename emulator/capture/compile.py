@@ -36,6 +36,11 @@ brought to the trees' behaviour where that changes the kernels or memory (`_inst
 back to running compiled functions eagerly and counts them under `eager_fallbacks`.
 `MAYA_COMPILE=eager` asks for that fallback.
 
+The cpu target and `maya profile` on a CPU (`install_cpu`) run no emulated device: Inductor compiles the
+program's graphs for this CPU and its C++ kernels run for real, each call one `cpp::pointwise` or
+`cpp::reduction` row (the same dispatch-mode handling around the compiled call; the kernel's own time is kept
+out of the host gaps and, when profiling, is the row's duration).
+
 Why each patch exists (torch 2.13 CPU build, triton 3.9):
 - every FakeTensorMode avoids device init, not only the emulator's: AOT autograd's and Inductor's
   own fake modes otherwise run constant computations for real on "cuda", which a CPU build cannot
@@ -146,6 +151,65 @@ def install(rec, counts: Counter) -> None:
     config.compile_threads = 1
     _refresh_dynamo_device_interface()
     _install_triton_stand_ins(rec)
+    _install_compile_wrapper(rec, counts, _inductor_recorded)
+
+
+def cpu_available() -> bool:
+    """Inductor can build its C++ kernels here (the compiler its `cpp.cxx` names is on PATH) and the user did
+    not ask for eager."""
+    if os.environ.get("MAYA_COMPILE", "inductor") == "eager":
+        return False
+    import shutil
+
+    from torch._inductor import config
+
+    cxx = config.cpp.cxx[-1] if isinstance(config.cpp.cxx, tuple) else config.cpp.cxx
+    return bool(cxx and shutil.which(cxx))
+
+
+def install_cpu(rec, counts: Counter) -> None:
+    """torch.compile for the cpu target and `maya profile` on this CPU: Inductor compiles and runs its C++
+    kernels for real (what the program runs here), and each generated kernel call is one kernel row
+    (`cpp::<kind>`, family `generated`), its tensors' sizes as bytes, timed by `maya profile`. Without this the
+    compiled program ran eagerly and its trace held the unfused ops: another program than the one timed."""
+    from torch._inductor import config
+    from torch._inductor.async_compile import AsyncCompile
+
+    config.compile_threads = 1  # kernels load in this process, so that their calls can be recorded
+    original = AsyncCompile.cpp_pybinding
+
+    def cpp_pybinding(self, argtypes, source_code):
+        return _recorded_cpp_kernel(rec, original(self, argtypes, source_code), source_code)
+
+    AsyncCompile.cpp_pybinding = cpp_pybinding
+    _install_compile_wrapper(rec, counts, _inductor_cpu_recorded)
+
+
+def cpp_kernel_kind(src: str) -> str:
+    """`reduction` when the C++ kernel accumulates across a loop (an OpenMP or vectorised reduction, Inductor's
+    `tmp_acc` accumulators), else `pointwise`."""
+    return "reduction" if re.search(r"\btmp_acc\d|reduction\(|welford", src) else "pointwise"
+
+
+def _recorded_cpp_kernel(rec, kernel, src: str):
+    op = f"cpp::{cpp_kernel_kind(src)}"
+    launch = {"loads": len(re.findall(r"\bin_ptr\d+\[", src)) + len(re.findall(r"loadu\(in_ptr\d+", src)),
+              "stores": len(re.findall(r"\bout_ptr\d+\[", src)) + len(re.findall(r"store\(out_ptr\d+", src)),
+              "transcendental": len(re.findall(r"\b(?:std::)?(?:exp|log|sqrt|tanh|erf|sin|cos)\w*\(|\.exp\(|"
+                                               r"\.log\(|\.sqrt\(|\.tanh\(|\.erf\(", src))}
+
+    def call(*args):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        numel = max((t.numel() for t in tensors), default=0)
+        return rec.record_launch(op, tensors, {**launch, "numel": numel}, float(numel), writes=True,
+                                 run=lambda: kernel(*args))
+
+    return call
+
+
+def _install_compile_wrapper(rec, counts: Counter, compile_graph) -> None:
+    """torch.compile -> Dynamo, each graph compiled by `compile_graph(rec, options, gm, example_inputs)` and
+    called with the dispatch modes the recorder needs (below)."""
     original = torch.compile
 
     def compile_for_emulation(model=None, *, backend="inductor", mode=None, options=None, **kwargs):
@@ -162,7 +226,7 @@ def install(rec, counts: Counter) -> None:
         options = dict(options or {})
         if mode in CUDAGRAPH_MODES:
             options.setdefault("triton.cudagraphs", True)
-        compiled = original(target, backend=functools.partial(_inductor_recorded, rec, options), **kwargs)
+        compiled = original(target, backend=functools.partial(compile_graph, rec, options), **kwargs)
 
         @functools.wraps(target)
         def call(*args, **kw):
@@ -234,6 +298,19 @@ def _inductor_recorded(rec, options: dict, gm, example_inputs):
 
     def run(*args):
         # the compiled graph runs under the recorder (the caller took it off the stack), in its place
+        with only_these_modes(rec, getattr(_modes, "stack", None) or [rec]):
+            return compiled(*args)
+
+    return run
+
+
+def _inductor_cpu_recorded(rec, options: dict, gm, example_inputs):
+    """Inductor's plan for this CPU, run under the recorder in the caller's place (as `_inductor_recorded`)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    compiled = compile_fx(gm, example_inputs, config_patches={**options, "compile_threads": 1})
+
+    def run(*args):
         with only_these_modes(rec, getattr(_modes, "stack", None) or [rec]):
             return compiled(*args)
 

@@ -773,11 +773,14 @@ class Recorder(TorchDispatchMode):
             self._t_last = _clock()
 
     def record_launch(self, op: str, tensors: list, args: dict, flops: float | None = None,
-                      nbytes: float | None = None, writes: bool = False, extra_bytes: float = 0.0) -> None:
+                      nbytes: float | None = None, writes: bool = False, extra_bytes: float = 0.0,
+                      run=None):
         """A kernel launched outside the dispatcher (a compiled graph's Triton kernel, a program's own Triton
-        kernel, emulator.capture.compile): one kernel row over its tensor arguments; `nbytes` unknown: their
-        sizes (an upper bound); `extra_bytes` the traffic either leaves out (a looped reduction's repeated
-        passes). `writes`: the kernel may write any of them, so their host values are dropped."""
+        kernel, a C++ kernel Inductor built for this CPU: emulator.capture.compile): one kernel row over its
+        tensor arguments; `nbytes` unknown: their sizes (an upper bound); `extra_bytes` the traffic either
+        leaves out (a looped reduction's repeated passes). `writes`: the kernel may write any of them, so their
+        host values are dropped. `run`: the kernel itself, run here (on the CPU), its time kept out of the
+        host gaps and, under `maya profile`, the row's measured duration; returns what it returns."""
         t0 = _clock()
         with self._lock:
             if writes and self.shadows is not None:
@@ -785,6 +788,11 @@ class Recorder(TorchDispatchMode):
                     if isinstance(t, FakeTensor):
                         self.shadows.forget(t)
             gap = self._gap(t0)
+            out, duration = None, None
+            if run is not None:
+                start = time.perf_counter()
+                out = run()
+                duration = time.perf_counter() - start if self._measure else None
             module, phase = self._module_phase()
             if nbytes is None:
                 nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
@@ -793,8 +801,9 @@ class Recorder(TorchDispatchMode):
                           phase=phase, shapes=[list(t.shape) for t in tensors],
                           dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
                           strides=[list(t.stride()) for t in tensors], args=json.dumps(args), flops=flops,
-                          bytes=nbytes, host_gap_s=gap, mem=self._mem())
+                          bytes=nbytes, host_gap_s=gap, mem=self._mem(), duration_s=duration)
             self._t_last = _clock()
+        return out
 
     def _record_higher_order(self, func, args, kwargs, t_enter):
         """A higher-order op (FlexAttention forward/backward): one kernel row over its tensor inputs.

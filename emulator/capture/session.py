@@ -105,9 +105,10 @@ class Session:
         """torch.compile: Inductor's plan for the emulated GPU where it can be made (emulator.capture.compile,
         counted under `compiled`); otherwise say so instead of pretending.
 
-        Without Triton (or with MAYA_COMPILE=eager, or on the cpu target) compiled functions run
-        eagerly (unfused ops are recorded) and the summary counts the calls under `eager_fallbacks`,
-        so a prediction for a compiled model is known to be pessimistic."""
+        On the cpu target and under `maya profile` on a CPU, Inductor's C++ kernels for this CPU
+        (`install_cpu`). Without Triton (or a C++ compiler for the CPU; or with MAYA_COMPILE=eager, or when
+        profiling on a GPU) compiled functions run eagerly (unfused ops are recorded) and the summary counts
+        the calls under `eager_fallbacks`, so a prediction for a compiled model is known to be pessimistic."""
         self.eager_fallbacks: Counter[str] = Counter()
         self.compiled: Counter[str] = Counter()
         from emulator.capture import compile as inductor
@@ -116,6 +117,9 @@ class Session:
             inductor.install_user_kernels(rec)  # the program's own Triton kernels, compiled or not
         if self.policy == "emulate" and inductor.available():
             inductor.install(rec, self.compiled)
+            return
+        if self.policy in ("cpu", "profile") and not torch.cuda.is_available() and inductor.cpu_available():
+            inductor.install_cpu(rec, self.compiled)  # the cpu target, and profiling on this CPU
             return
         original = torch.compile
 

@@ -142,7 +142,7 @@ def op_family(op: str) -> str:
         return "memset"
     if op.startswith("memcpy::"):
         return "memcpy"
-    if op.startswith("triton::"):  # kernels Inductor generated (emulator.capture.compile): FLOPs/bytes on the row
+    if op.startswith(("triton::", "cpp::")):  # kernels Inductor generated (emulator.capture.compile): on the row
         return "generated"
     if op.startswith("aten::"):
         return "elementwise"

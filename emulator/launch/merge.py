@@ -126,8 +126,9 @@ def report(summary: EmulationSummary, console: Console) -> None:
         console.print(f"[yellow]the program caught torch.cuda.OutOfMemoryError and went on[/yellow] "
                       f"(rank: count {summary.ooms_caught})")
     if summary.eager_fallbacks:
-        console.print(f"[yellow]torch.compile ran eagerly (Triton is not installed, or MAYA_COMPILE=eager): "
-                      f"{summary.eager_fallbacks}; the trace holds the unfused ops[/yellow]")
+        console.print("[yellow]torch.compile ran eagerly (no Triton for a GPU target, no C++ compiler for the cpu "
+                      f"one, profiling on a GPU, or MAYA_COMPILE=eager): {summary.eager_fallbacks}; the trace holds "
+                      "the unfused ops[/yellow]")
     if POLICY_PLACEHOLDERS & set(summary.placeholders):
         console.print(f"router choices and token counts follow the routing policy {summary.routing or 'balanced'} "
                       "(--routing)")

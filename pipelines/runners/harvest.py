@@ -42,14 +42,16 @@ def harvest(folders, origin_prefix: str = "trace") -> list[Signature]:
     return list(out.values())
 
 
-def signature_of_row(row: dict, origin: str) -> Signature | None:
-    """The timed signature a trace row records (None for rows no benchmark times: views, host calls, ...)."""
+def signature_of_row(row: dict, origin: str, generated: bool = False) -> Signature | None:
+    """The timed signature a trace row records (None for rows no benchmark times: views, host calls, ...).
+    `generated`: keep Inductor's C++ kernels too (`cpp::*`: timed where a profile ran them; a replay has no op
+    to call for them)."""
     kind, op = row.get("kind"), row.get("op") or ""
     if kind not in TIMED_KINDS:
         return None
     if not op.startswith("memcpy::"):
         op = canonical_op(op)
-        if is_view_op(op) or not op.startswith("aten::"):
+        if is_view_op(op) or not op.startswith(("aten::", "cpp::") if generated else "aten::"):
             return None
     shapes = row.get("shapes") or []
     strides = row.get("strides")

@@ -80,6 +80,11 @@ PROGRAMS = (
     Program("fsdp2-d320", "examples/fsdp2.py", 2, _gpt(320, 2, 5, 192, 7168, 3)),
     Program("megatron-tp2-d384", "examples/validation/megatron_gpt.py", 2,
             _megatron(384, 3, 6, 192, 6144, 3, "--tp", "2")),
+    # torch.compile'd: the C++ kernels Inductor generates for this CPU (`cpp::pointwise`, `cpp::reduction`), which
+    # only a compiled program runs; about 18 distinct kernels a program, so two programs for the family to learn from
+    Program("gpt-single-compiled-d448", "examples/gpt_single.py", 1, (*_gpt(448, 2, 7, 256, 4096, 2), "--compile")),
+    Program("gpt-single-compiled-d320-s320", "examples/gpt_single.py", 1,
+            (*_gpt(320, 3, 5, 320, 5120, 2), "--compile")),
 )
 
 
@@ -107,7 +112,7 @@ def rows_from_profile(folder: Path, base: dict, provenance: str) -> list[dict]:
             d = row.get("duration_s")
             if row["iteration"] not in steady or d is None or not d > 0:
                 continue
-            sig = signature_of_row(row, f"in_training:{folder.name}")
+            sig = signature_of_row(row, f"in_training:{folder.name}", generated=True)
             if sig is not None:
                 calls.setdefault(sig.key, (sig, []))[1].append(float(d))
     rows = []

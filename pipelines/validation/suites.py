@@ -68,6 +68,10 @@ def cpu_cases(quick: bool = False) -> list[Case]:
              [*_EXAMPLE[:2], "--d-model", "640", "--layers", "4", "--heads", "10", "--kv-heads", "10",
               "--seq-len", "256", "--vocab", "4096", "--batch-size", "2", "--dtype", "float32"],
              "examples/ddp.py hidden 640, seq 256, DDP over 2 (gloo)"),
+        # the first case compiled with torch.compile (added with the cpu target's Inductor path, before its
+        # prediction was looked at): Inductor's C++ kernels in place of the fused ops
+        _cpu("gpt-single-compiled", "examples/gpt_single.py", 1, [*_EXAMPLE, "--compile"],
+             "examples/gpt_single.py with torch.compile, 1 process"),
     ]
     return cases[:3] if quick else cases
 

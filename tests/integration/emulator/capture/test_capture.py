@@ -241,3 +241,48 @@ def test_values_that_came_from_the_host_read_as_on_the_gpu(tmp_path):
         "all": "False", "row0_all": "True", "tokens": "14", "max_id": "13", "copied": "14"}
     assert got["after_random"] == "0"  # the placeholder: the sum depends on device random numbers
     assert run.summary["real_value_reads"] == 5 and run.summary["placeholders"] == {"item_int": 1}
+
+
+@pytest.fixture(scope="module")
+def compiled_cpu(tmp_path_factory):
+    """The compiled CPU program on the cpu target, profiled, and run with compile turned off (MAYA_COMPILE=eager)."""
+    import os
+
+    runs = {"cpu": run_worker("compiled_cpu.py", tmp_path_factory.mktemp("cpu"), gpu="cpu", timeout=600),
+            "profile_dir": tmp_path_factory.mktemp("prof")}
+    runs["profile"] = run_worker("compiled_cpu.py", runs["profile_dir"], gpu="cpu", extra=["--profile"], timeout=600)
+    os.environ["MAYA_COMPILE"] = "eager"
+    try:
+        runs["eager"] = run_worker("compiled_cpu.py", tmp_path_factory.mktemp("eager"), gpu="cpu", timeout=600)
+    finally:
+        del os.environ["MAYA_COMPILE"]
+    return runs
+
+
+def test_a_compiled_cpu_program_records_inductors_cpp_kernels_in_place_of_the_unfused_ops(compiled_cpu):
+    cpu, eager = compiled_cpu["cpu"], compiled_cpu["eager"]
+    assert cpu.rc == 0 and eager.rc == 0, cpu.stderr[-2000:] + eager.stderr[-2000:]
+    assert cpu.summary["compiled"] == {"torch.compile": 1} and cpu.summary["eager_fallbacks"] == {}
+    assert eager.summary["eager_fallbacks"] == {"torch.compile": 1}
+    steady = cpu.trace[cpu.trace.iteration == 1]
+    unfused = eager.trace[eager.trace.iteration == 1]
+    generated = steady[steady.op.str.startswith("cpp::")]
+    assert len(generated) >= 2 and set(generated.op) <= {"cpp::pointwise", "cpp::reduction"}
+    assert "cpp::reduction" in set(generated.op)  # the LayerNorm's statistics
+    assert "aten::native_layer_norm" in set(unfused.op) and "aten::native_layer_norm" not in set(steady.op)
+    assert len(steady) < len(unfused)  # fused: fewer kernels than the eager program runs
+    assert (generated.bytes > 0).all() and all(json.loads(a)["numel"] > 0 for a in generated.args)
+    assert float(cpu.printed()["loss"]) == pytest.approx(float(eager.printed()["loss"]), rel=1e-3)  # ran for real
+
+
+def test_profiling_a_compiled_cpu_program_times_each_cpp_kernel_for_the_calibration(compiled_cpu):
+    from pipelines.runners.in_training import rows_from_profile
+
+    prof = compiled_cpu["profile"]
+    assert prof.rc == 0 and prof.summary["mode"] == "profile", prof.stderr[-2000:]
+    generated = prof.trace[prof.trace.op.str.startswith("cpp::") & (prof.trace.iteration >= 0)]
+    assert len(generated) >= 2 and (generated.duration_s > 0).all()
+    # the CPU calibration's in-training rows keep them, so the cpu predictor learns the family
+    rows = rows_from_profile(compiled_cpu["profile_dir"], {}, "test")
+    learned = [r for r in rows if r["family"] == "generated"]
+    assert learned and all(r["op"].startswith("cpp::") and r["timing"] == "in_training" for r in learned)
