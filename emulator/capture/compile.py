@@ -127,9 +127,14 @@ def _runs_eagerly(backend) -> bool:
     return bool(getattr(getattr(hop_utils, "_hop_compile_tls", None), "in_hop_compile", False))
 
 
+def eager_asked() -> bool:
+    """The user asked for compiled functions to run eagerly (`MAYA_COMPILE=eager`)."""
+    return os.environ.get("MAYA_COMPILE", "inductor") == "eager"
+
+
 def available() -> bool:
     """Inductor can plan CUDA kernels here (Triton is installed) and the user did not ask for eager."""
-    if os.environ.get("MAYA_COMPILE", "inductor") == "eager":
+    if eager_asked():
         return False
     try:
         import triton  # noqa: F401
@@ -154,35 +159,38 @@ def install(rec, counts: Counter) -> None:
     _install_compile_wrapper(rec, counts, _inductor_recorded)
 
 
-def cpu_available() -> bool:
-    """Inductor can build its C++ kernels here (the compiler its `cpp.cxx` names is on PATH) and the user did
-    not ask for eager."""
-    if os.environ.get("MAYA_COMPILE", "inductor") == "eager":
-        return False
-    import shutil
-
-    from torch._inductor import config
-
-    cxx = config.cpp.cxx[-1] if isinstance(config.cpp.cxx, tuple) else config.cpp.cxx
-    return bool(cxx and shutil.which(cxx))
-
-
-def install_cpu(rec, counts: Counter) -> None:
+def install_cpu(rec, counts: Counter, eager: Counter) -> None:
     """torch.compile for the cpu target and `maya profile` on this CPU: Inductor compiles and runs its C++
     kernels for real (what the program runs here), and each generated kernel call is one kernel row
     (`cpp::<kind>`, family `generated`), its tensors' sizes as bytes, timed by `maya profile`. Without this the
-    compiled program ran eagerly and its trace held the unfused ops: another program than the one timed."""
-    from torch._inductor import config
-    from torch._inductor.async_compile import AsyncCompile
+    compiled program ran eagerly and its trace held the unfused ops: another program than the one timed.
+    Inductor is set up at the program's first torch.compile call (`_cpu_inductor_ready`): importing it costs a
+    rank seconds, which a program that compiles nothing never pays; without a C++ compiler there, that call and
+    every later one run eagerly, counted in `eager`."""
+    _install_compile_wrapper(rec, counts, _inductor_cpu_recorded,
+                             ready=functools.partial(_cpu_inductor_ready, rec), eager=eager)
 
-    config.compile_threads = 1  # kernels load in this process, so that their calls can be recorded
+
+@functools.cache
+def _cpu_inductor_ready(rec) -> bool:
+    """Inductor finds a C++ compiler here (its own search: `cpp_builder.get_cpp_compiler`); if so, its kernels
+    load in this process (one compile thread) and each loaded kernel is wrapped to record its calls."""
+    from torch._inductor import config, exc
+    from torch._inductor.async_compile import AsyncCompile
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    try:
+        get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        return False
+    config.compile_threads = 1
     original = AsyncCompile.cpp_pybinding
 
     def cpp_pybinding(self, argtypes, source_code):
         return _recorded_cpp_kernel(rec, original(self, argtypes, source_code), source_code)
 
     AsyncCompile.cpp_pybinding = cpp_pybinding
-    _install_compile_wrapper(rec, counts, _inductor_cpu_recorded)
+    return True
 
 
 def cpp_kernel_kind(src: str) -> str:
@@ -195,8 +203,7 @@ def _recorded_cpp_kernel(rec, kernel, src: str):
     op = f"cpp::{cpp_kernel_kind(src)}"
     launch = {"loads": len(re.findall(r"\bin_ptr\d+\[", src)) + len(re.findall(r"loadu\(in_ptr\d+", src)),
               "stores": len(re.findall(r"\bout_ptr\d+\[", src)) + len(re.findall(r"store\(out_ptr\d+", src)),
-              "transcendental": len(re.findall(r"\b(?:std::)?(?:exp|log|sqrt|tanh|erf|sin|cos)\w*\(|\.exp\(|"
-                                               r"\.log\(|\.sqrt\(|\.tanh\(|\.erf\(", src))}
+              "transcendental": len(re.findall(r"\b(?:exp|log|sqrt|tanh|erf|sin|cos)\w*\(", src))}
 
     def call(*args):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -207,9 +214,10 @@ def _recorded_cpp_kernel(rec, kernel, src: str):
     return call
 
 
-def _install_compile_wrapper(rec, counts: Counter, compile_graph) -> None:
+def _install_compile_wrapper(rec, counts: Counter, compile_graph, ready=None, eager: Counter | None = None) -> None:
     """torch.compile -> Dynamo, each graph compiled by `compile_graph(rec, options, gm, example_inputs)` and
-    called with the dispatch modes the recorder needs (below)."""
+    called with the dispatch modes the recorder needs (below); where `ready()` says Inductor cannot compile
+    here, the function runs eagerly and is counted in `eager`."""
     original = torch.compile
 
     def compile_for_emulation(model=None, *, backend="inductor", mode=None, options=None, **kwargs):
@@ -219,6 +227,9 @@ def _install_compile_wrapper(rec, counts: Counter, compile_graph) -> None:
             return model
         if backend != "inductor":
             return original(model, backend=backend, mode=mode, options=options, **kwargs)
+        if ready is not None and not ready():
+            eager["torch.compile"] += 1
+            return model
         counts["torch.compile"] += 1
         if mode is not None:
             counts[f"mode={mode}"] += 1
@@ -294,22 +305,18 @@ def _inductor_recorded(rec, options: dict, gm, example_inputs):
     patches = {**options, **_INDUCTOR_CONFIG, "triton.cudagraphs": bool(options.get("triton.cudagraphs"))}
     # as config_patches, not a `with config.patch`: AOTAutograd compiles the backward graph at the first
     # backward call, after this returns, and Inductor re-applies config_patches there
-    compiled = compile_fx(gm, example_inputs, config_patches=patches)
-
-    def run(*args):
-        # the compiled graph runs under the recorder (the caller took it off the stack), in its place
-        with only_these_modes(rec, getattr(_modes, "stack", None) or [rec]):
-            return compiled(*args)
-
-    return run
+    return _in_callers_place(rec, compile_fx(gm, example_inputs, config_patches=patches))
 
 
 def _inductor_cpu_recorded(rec, options: dict, gm, example_inputs):
-    """Inductor's plan for this CPU, run under the recorder in the caller's place (as `_inductor_recorded`)."""
+    """Inductor's plan for this CPU (`_cpu_inductor_ready` set it up)."""
     from torch._inductor.compile_fx import compile_fx
 
-    compiled = compile_fx(gm, example_inputs, config_patches={**options, "compile_threads": 1})
+    return _in_callers_place(rec, compile_fx(gm, example_inputs, config_patches=options))
 
+
+def _in_callers_place(rec, compiled):
+    """The compiled graph, run under the recorder (the caller took it off the stack) in its place."""
     def run(*args):
         with only_these_modes(rec, getattr(_modes, "stack", None) or [rec]):
             return compiled(*args)

@@ -118,8 +118,8 @@ class Session:
         if self.policy == "emulate" and inductor.available():
             inductor.install(rec, self.compiled)
             return
-        if self.policy in ("cpu", "profile") and not torch.cuda.is_available() and inductor.cpu_available():
-            inductor.install_cpu(rec, self.compiled)  # the cpu target, and profiling on this CPU
+        if self.policy in ("cpu", "profile") and not torch.cuda.is_available() and not inductor.eager_asked():
+            inductor.install_cpu(rec, self.compiled, self.eager_fallbacks)  # the cpu target, profiling on a CPU
             return
         original = torch.compile
 

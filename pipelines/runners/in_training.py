@@ -81,7 +81,8 @@ PROGRAMS = (
     Program("megatron-tp2-d384", "examples/validation/megatron_gpt.py", 2,
             _megatron(384, 3, 6, 192, 6144, 3, "--tp", "2")),
     # torch.compile'd: the C++ kernels Inductor generates for this CPU (`cpp::pointwise`, `cpp::reduction`), which
-    # only a compiled program runs; about 18 distinct kernels a program, so two programs for the family to learn from
+    # only a compiled program runs; about 18 distinct kernels a program, fewer of each kind than a family model
+    # reads an op from (`MIN_SEEN_ROWS`), so the cpu target still times them by the labelled roofline
     Program("gpt-single-compiled-d448", "examples/gpt_single.py", 1, (*_gpt(448, 2, 7, 256, 4096, 2), "--compile")),
     Program("gpt-single-compiled-d320-s320", "examples/gpt_single.py", 1,
             (*_gpt(320, 3, 5, 320, 5120, 2), "--compile")),

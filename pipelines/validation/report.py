@@ -159,9 +159,8 @@ def host_bound(rows: list[dict]) -> str:
     return (f"\n{len(bound)} of {len(scored)} predictions are host-bound (`bound_by`): the simulated host time (the "
             f"trace's recorded host gaps plus launch overhead) of a rank fills at least {HOST_BOUND_SHARE:.0%} of "
             f"the step, so the iteration time is the host's; {len(over)} of them over-predict. The `maya host / "
-            f"device` column "
-            f"shows both; where the device figure is close to the measurement, the error comes from the host-gap "
-            f"timing, not from the kernel predictors.\n")
+            "device` column shows both; where the device figure is close to the measurement, the error comes from "
+            "the host-gap timing, not from the kernel predictors.\n")
 
 
 def failures(rows: list[dict]) -> str:
