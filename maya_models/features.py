@@ -144,7 +144,23 @@ def _row_features(op, shapes, dtypes, strides, args, out_shapes, out_dtypes, spe
              att_seq_k=float(sk), att_head_dim=float(d), att_causal=float(bool(a.get("is_causal"))),
              att_gqa=hq / hk if hk else 0.0,
              att_blocks=float(ab * hq * math.ceil(sq / TILE)) / spec.sm_count if at else 0.0)
+    f.update(_generated_body(op, a) if fam == "generated" else _NO_BODY)
     return f
+
+
+_NO_BODY = {"gen_reduction": 0.0, "gen_loads": 0.0, "gen_stores": 0.0, "gen_transcendental": 0.0,
+            "gen_transcendental_share": 0.0}
+
+
+def _generated_body(op: str, a: dict) -> dict:
+    """What a generated kernel's source says (emulator.capture.compile, emulator.capture.cpp_kernels): reduction or
+    not, its load, store and transcendental sites, and on a CPU the share of its computed elements that pass through
+    a transcendental call (an exp or an erf costs many times an add). Two kernels of one size and traffic differ by
+    these; their tensor arguments do not show them."""
+    steps = as_number(a.get("step_elems"))
+    return {"gen_reduction": float(op.endswith("reduction")), "gen_loads": as_number(a.get("loads")),
+            "gen_stores": as_number(a.get("stores")), "gen_transcendental": as_number(a.get("transcendental")),
+            "gen_transcendental_share": as_number(a.get("transcendental_elems")) / steps if steps > 0 else 0.0}
 
 
 # The conditions a row was timed under (maya_models.schema TIMINGS, IMPLEMENTATIONS), as features: a

@@ -88,6 +88,8 @@ from torch.utils._python_dispatch import (
     _push_mode,
 )
 
+from emulator.capture import cpp_kernels
+
 # benchmark_kernel: Inductor writes its byte and FLOP estimates into each kernel's metadata (and a
 # benchmark harness into the generated module, which nothing runs); shape_padding: Inductor pads a GEMM whose
 # dimensions the tensor-core alignment does not divide only when timing both on the device says so (pad_mm)
@@ -193,23 +195,21 @@ def _cpu_inductor_ready(rec) -> bool:
     return True
 
 
-def cpp_kernel_kind(src: str) -> str:
-    """`reduction` when the C++ kernel accumulates across a loop (an OpenMP or vectorised reduction, Inductor's
-    `tmp_acc` accumulators), else `pointwise`."""
-    return "reduction" if re.search(r"\btmp_acc\d|reduction\(|welford", src) else "pointwise"
-
-
 def _recorded_cpp_kernel(rec, kernel, src: str):
-    op = f"cpp::{cpp_kernel_kind(src)}"
-    launch = {"loads": len(re.findall(r"\bin_ptr\d+\[", src)) + len(re.findall(r"loadu\(in_ptr\d+", src)),
-              "stores": len(re.findall(r"\bout_ptr\d+\[", src)) + len(re.findall(r"store\(out_ptr\d+", src)),
-              "transcendental": len(re.findall(r"\b(?:exp|log|sqrt|tanh|erf|sin|cos)\w*\(", src))}
+    """The loaded kernel, wrapped to record each call as one `cpp::<kind>` row whose arguments carry the body's
+    counts and the elements the call touches (`emulator.capture.cpp_kernels`)."""
+    op = f"cpp::{cpp_kernels.kernel_kind(src)}"
+    launch = {**cpp_kernels.body_counts(src), **cpp_kernels.kernel_work(src)}
+
+    work = "read_bytes" in launch  # else its loops' bounds are not literal: the arguments' sizes stand in
 
     def call(*args):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         numel = max((t.numel() for t in tensors), default=0)
-        return rec.record_launch(op, tensors, {**launch, "numel": numel}, float(numel), writes=True,
-                                 run=lambda: kernel(*args))
+        return rec.record_launch(op, tensors, {**launch, "numel": numel},
+                                 float(launch["step_elems"] if work else numel),
+                                 float(launch["read_bytes"] + launch["write_bytes"]) if work else None,
+                                 writes=True, run=lambda: kernel(*args))
 
     return call
 

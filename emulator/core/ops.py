@@ -376,6 +376,8 @@ def flops_and_bytes(op: str, shapes, dtypes, out_shapes=None, out_dtypes=None, a
         return 0.0, float(in_bytes + out_bytes)
     if fam == "conv":
         return 0.0, float(in_bytes + out_bytes)
+    if fam == "generated" and "read_bytes" in a:  # a CPU kernel's traffic counted from its loops (cpp_kernels)
+        return as_number(a.get("step_elems")), as_number(a["read_bytes"]) + as_number(a.get("write_bytes"))
     n_out = sum(numel(s) for s in out_shapes) or (numel(shapes[0]) if shapes else 0)
     return float(n_out), float(in_bytes + out_bytes)
 

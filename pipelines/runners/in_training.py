@@ -54,10 +54,11 @@ class Program:
                 f"{shlex.join(self.args)}")
 
 
-def _gpt(d: int, layers: int, heads: int, seq: int, vocab: int, batch: int) -> tuple[str, ...]:
-    return ("--model", "tiny", "--d-model", str(d), "--layers", str(layers), "--heads", str(heads),
-            "--kv-heads", str(heads), "--seq-len", str(seq), "--vocab", str(vocab), "--batch-size", str(batch),
-            "--dtype", "float32")
+def _gpt(d: int, layers: int, heads: int, seq: int, vocab: int, batch: int, *, kv_heads: int | None = None,
+         preset: str = "tiny") -> tuple[str, ...]:
+    return ("--model", preset, "--d-model", str(d), "--layers", str(layers), "--heads", str(heads),
+            "--kv-heads", str(kv_heads or heads), "--seq-len", str(seq), "--vocab", str(vocab),
+            "--batch-size", str(batch), "--dtype", "float32")
 
 
 def _megatron(hidden: int, layers: int, heads: int, seq: int, vocab: int, mb: int, *extra: str) -> tuple[str, ...]:
@@ -81,11 +82,23 @@ PROGRAMS = (
     Program("megatron-tp2-d384", "examples/validation/megatron_gpt.py", 2,
             _megatron(384, 3, 6, 192, 6144, 3, "--tp", "2")),
     # torch.compile'd: the C++ kernels Inductor generates for this CPU (`cpp::pointwise`, `cpp::reduction`), which
-    # only a compiled program runs; about 18 distinct kernels a program, fewer of each kind than a family model
-    # reads an op from (`MIN_SEEN_ROWS`), so the cpu target still times them by the labelled roofline
+    # only a compiled program runs; about 18 distinct kernels a program. Both of the model's families (Llama: RMSNorm,
+    # rotary positions, SwiGLU; GPT-2: LayerNorm, learned positions, GELU), grouped-query attention and activation
+    # checkpointing (its recomputed forward kernels) give bodies of other kinds, not only other sizes; head widths
+    # 32, 64 and 128 (a kernel over a head's width loops over it)
     Program("gpt-single-compiled-d448", "examples/gpt_single.py", 1, (*_gpt(448, 2, 7, 256, 4096, 2), "--compile")),
     Program("gpt-single-compiled-d320-s320", "examples/gpt_single.py", 1,
             (*_gpt(320, 3, 5, 320, 5120, 2), "--compile")),
+    Program("gpt2-single-compiled-d384-s256", "examples/gpt_single.py", 1,
+            (*_gpt(384, 2, 12, 256, 3072, 2, preset="gpt2-small"), "--compile")),
+    Program("gpt2-single-compiled-d512-s160", "examples/gpt_single.py", 1,
+            (*_gpt(512, 2, 4, 160, 6144, 3, preset="gpt2-small"), "--compile")),
+    Program("gpt-single-compiled-d384-gqa", "examples/gpt_single.py", 1,
+            (*_gpt(384, 2, 12, 192, 5120, 3, kv_heads=4), "--compile")),
+    Program("gpt-single-compiled-d192-s512-ac", "examples/gpt_single.py", 1,
+            (*_gpt(192, 3, 6, 512, 2048, 2), "--ac", "--compile")),
+    Program("gpt-single-compiled-d640-s96", "examples/gpt_single.py", 1,
+            (*_gpt(640, 2, 5, 96, 4096, 4), "--compile")),
 )
 
 

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import math
 
 import pytest
 
@@ -272,6 +273,11 @@ def test_a_compiled_cpu_program_records_inductors_cpp_kernels_in_place_of_the_un
     assert "aten::native_layer_norm" in set(unfused.op) and "aten::native_layer_norm" not in set(steady.op)
     assert len(steady) < len(unfused)  # fused: fewer kernels than the eager program runs
     assert (generated.bytes > 0).all() and all(json.loads(a)["numel"] > 0 for a in generated.args)
+    # what each kernel's loops touch, counted from its source: the row's bytes, not its arguments' sizes
+    work = [json.loads(a) for a in generated.args]
+    assert all(w["read_bytes"] + w["write_bytes"] == b for w, b in zip(work, generated.bytes, strict=True))
+    sizes = [sum(math.prod(s) * 4 for s in shapes) for shapes in generated.shapes]  # fp32 arguments
+    assert any(b != size for b, size in zip(generated.bytes, sizes, strict=True))
     assert float(cpu.printed()["loss"]) == pytest.approx(float(eager.printed()["loss"]), rel=1e-3)  # ran for real
 
 
