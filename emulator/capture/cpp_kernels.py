@@ -94,8 +94,8 @@ def kernel_work(src: str) -> dict[str, int]:
 
 def _count(code: str, loops: list[tuple[int, int, int]], sizes: dict[str, int], totals: dict[str, int]) -> None:
     scalar = math.prod(trips for _, trips, _ in loops)
-    # a vector access covers the vector's width: the step of the loop Inductor vectorised (not always the innermost:
-    # a column sum vectorises its outer loop), or both steps' tile for a transposing copy
+    # a vector access covers the vector's width: the largest step among its loops, the one Inductor vectorised (not
+    # always the innermost: a column sum vectorises its outer loop)
     vector = scalar * max((step for _, _, step in loops), default=1)
     stores = _SCALAR_STORE.findall(code)
     loads = _SCALAR_ACCESS.findall(code)
