@@ -89,6 +89,7 @@ from torch.utils._python_dispatch import (
 )
 
 from emulator.capture import cpp_kernels
+from emulator.core.ops import flops_and_bytes
 
 # benchmark_kernel: Inductor writes its byte and FLOP estimates into each kernel's metadata (and a
 # benchmark harness into the generated module, which nothing runs); shape_padding: Inductor pads a GEMM whose
@@ -200,16 +201,16 @@ def _recorded_cpp_kernel(rec, kernel, src: str):
     counts and the elements the call touches (`emulator.capture.cpp_kernels`)."""
     op = f"cpp::{cpp_kernels.kernel_kind(src)}"
     launch = {**cpp_kernels.body_counts(src), **cpp_kernels.kernel_work(src)}
-
-    work = "read_bytes" in launch  # else its loops' bounds are not literal: the arguments' sizes stand in
+    # the row's FLOPs and bytes by the one rule that reads the loops' counts (worked out once per kernel); a kernel
+    # whose loop bounds are not literal has none: its arguments' sizes stand in, per call
+    counted = flops_and_bytes(op, [], [], args=launch) if "read_bytes" in launch else None
 
     def call(*args):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         numel = max((t.numel() for t in tensors), default=0)
-        return rec.record_launch(op, tensors, {**launch, "numel": numel},
-                                 float(launch["step_elems"] if work else numel),
-                                 float(launch["read_bytes"] + launch["write_bytes"]) if work else None,
-                                 writes=True, run=lambda: kernel(*args))
+        flops, nbytes = counted or (float(numel), None)
+        return rec.record_launch(op, tensors, {**launch, "numel": numel}, flops, nbytes, writes=True,
+                                 run=lambda: kernel(*args))
 
     return call
 
