@@ -27,7 +27,7 @@ import torch
 from emulator.core.hardware import CPU_RANK_THREADS
 from pipelines.runners import common
 from pipelines.runners.harvest import from_json, harvest, to_json
-from pipelines.runners.replay import ReplayError, Signature, bind, describe_error, run_once
+from pipelines.runners.replay import ReplayError, Signature, bind, describe_error, run_once, with_outputs
 from pipelines.runners.sweep import designed_sweep
 from pipelines.runners.timing import DeviceInfo, Timer, TimingSettings, local_device
 
@@ -126,7 +126,7 @@ def run(gpu: str, *, run_id: str, root: Path, budget_s: float, traces: list[str]
             break
         rows = []
         for si, d in enumerate(chunk):
-            sig = from_json(d)
+            sig = with_outputs(from_json(d))
             common.write_json_atomic(rdir / "inflight.json", {"chunk": ci, "index": si, "signature": sig.key,
                                                               "op": sig.op})
             timing = measure(sig, timer, poisoned)

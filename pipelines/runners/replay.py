@@ -15,7 +15,7 @@ attention op names on a CPU) or an out-of-memory shape becomes a `failed` row wi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -290,6 +290,30 @@ def bind(sig: Signature, device: torch.device) -> Bound:
 
 def run_once(b: Bound):
     return b.overload(*b.args, **b.kwargs)
+
+
+META = torch.device("meta")
+
+
+def with_outputs(sig: Signature) -> Signature:
+    """`sig` with the shapes and dtypes of what its op returns, worked out on the meta device, when it carries
+    none (the designed sweep's signatures do not; a harvested one has its trace row's).
+
+    A trace row has its outputs, and `flops_and_bytes` counts an op's output bytes: a measurement without them
+    would be featurized as moving only its inputs while the trace row it times moves both (a softmax's roofline
+    half of the trace row's). An op the meta device cannot run (a data-dependent output size) keeps none."""
+    if sig.out_shapes is not None or sig.kind not in ("kernel", "memset"):
+        return sig
+    try:
+        result = run_once(bind(sig, META))
+    except Exception:  # noqa: BLE001 - no meta kernel or a data-dependent size: the row stays as it was
+        return sig
+    outs = [result] if isinstance(result, torch.Tensor) else [
+        t for t in (result if isinstance(result, (list, tuple)) else []) if isinstance(t, torch.Tensor)]
+    if not outs:
+        return sig
+    return replace(sig, out_shapes=tuple(tuple(int(d) for d in t.shape) for t in outs),
+                   out_dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in outs))
 
 
 def describe_error(e: BaseException) -> str:

@@ -9,7 +9,7 @@ from maya_models.schema import signature_key
 from maya_models.warehouse import read_measurements
 from pipelines.runners import kernels
 from pipelines.runners.harvest import harvest
-from pipelines.runners.replay import Signature, bind, run_once
+from pipelines.runners.replay import Signature, bind, run_once, with_outputs
 
 CPU = torch.device("cpu")
 
@@ -56,3 +56,31 @@ def test_trace_signatures_are_measured_with_the_trace_signature_key(trace_dir, w
     assert flash["status"] == "failed" and "NotImplementedError" in flash["error"]
     assert df.loc["aten::_fused_adamw_"]["status"] == "ok"
     assert df.loc["aten::nll_loss_forward"]["status"] == "ok"
+
+
+def test_a_designed_signature_is_measured_with_its_outputs_so_its_bytes_are_a_trace_rows():
+    from emulator.core.ops import flops_and_bytes
+
+    args = {"dim": -1, "half_to_float": False}
+    designed = Signature.make("aten::_softmax", [[64, 512]], ["float32"], None, args)
+    filled = with_outputs(designed)
+    assert filled.out_shapes == ((64, 512),) and filled.out_dtypes == ("float32",) and filled.key == designed.key
+    as_traced = flops_and_bytes("aten::_softmax", [[64, 512]], ["float32"], [[64, 512]], ["float32"], args)[1]
+    as_measured = flops_and_bytes("aten::_softmax", [[64, 512]], ["float32"], [list(s) for s in filled.out_shapes],
+                                  list(filled.out_dtypes), args)[1]
+    assert as_measured == as_traced == 2 * 64 * 512 * 4
+    # a factory's output is the size it is asked for, not its input's
+    zeros = with_outputs(Signature.make("aten::new_zeros", [[256]], ["float32"], None, {"size": [128, 4]}))
+    assert zeros.out_shapes == ((128, 4),)
+    # an output whose size depends on the data has no meta answer: the signature stays as it was
+    nonzero = Signature.make("aten::nonzero", [[16]], ["float32"])
+    assert with_outputs(nonzero) is nonzero
+
+
+def test_the_kernel_runner_stores_each_measured_rows_outputs(wh, monkeypatch):
+    designed = [Signature.make("aten::_softmax", [[32, 256]], ["float32"], None, {"dim": -1, "half_to_float": False})]
+    monkeypatch.setattr(kernels, "designed_sweep", lambda device: designed)
+    summary = kernels.run("cpu", run_id="outputs-test", root=wh, budget_s=60, sweep=True)
+    assert summary["complete"] and summary["rows_ok"] == 1
+    row = read_measurements(gpu="cpu", root=wh).iloc[0]
+    assert [list(s) for s in row["out_shapes"]] == [[32, 256]] and list(row["out_dtypes"]) == ["float32"]
