@@ -11,7 +11,9 @@ isolated `host_timer` rows of the same ops.
 The programs are ordinary training scripts at shapes and layouts that no validation case uses
 (`pipelines.validation.suites`), so the validation's CPU table stays an out-of-sample check. Each
 program is one chunk: `maya profile` (every op timed) for a few steps, its steady iterations' ops
-grouped by signature, one row per signature with the median of its calls.
+grouped by signature, one row per signature with the mean of its calls: a step's time is the sum of its calls, and
+a signature's calls differ in what a step does to them (one output lands on freshly mapped pages, the next reuses
+warm memory), so the expected call is their mean; the median answers with the common case and leaves the rest out.
 
     python -m pipelines.runners.in_training --gpu cpu --run-id R [--root W] [--only NAME]
     python -m pipelines.runners.in_training --conditions      # warm vs fresh-memory timings of a few ops
@@ -112,7 +114,8 @@ def profiled_steady_iterations(ids) -> list[int]:
 
 
 def rows_from_profile(folder: Path, base: dict, provenance: str) -> list[dict]:
-    """One measurement row per timed signature of the profile's steady iterations (median of its calls)."""
+    """One measurement row per timed signature of the profile's steady iterations: the mean of its calls as its
+    duration (module doc), the fastest and the spread of its calls beside it."""
     import pyarrow.parquet as pq
 
     from pipelines.runners.harvest import signature_of_row, trace_files
@@ -133,7 +136,8 @@ def rows_from_profile(folder: Path, base: dict, provenance: str) -> list[dict]:
     for sig, ds in calls.values():
         med, fastest, spread = summarize(ds)
         t = Timing(median_s=med, min_s=fastest, spread=spread, repeats=len(ds), timing="in_training")
-        rows.append({**base, **sig.row_columns(), "provenance": provenance, **common.timing_columns(t)})
+        rows.append({**base, **sig.row_columns(), "provenance": provenance, **common.timing_columns(t),
+                     "duration_s": statistics.fmean(ds)})
     return rows
 
 
