@@ -39,8 +39,9 @@ def make_plan(device: torch.device, traces: list[str], chunk_size: int, sweep: b
     for s in harvest(traces) if traces else []:
         sigs.setdefault(s.key, s)
     if sweep:
-        for s in designed_sweep(device):
-            sigs.setdefault(s.key, s)
+        for s in designed_sweep(device):  # a designed signature gets its outputs once, here, and the plan keeps them
+            if s.key not in sigs:
+                sigs[s.key] = with_outputs(s)
     flat = [to_json(s) for s in sigs.values()]
     return [flat[i:i + chunk_size] for i in range(0, len(flat), chunk_size)]
 
@@ -126,7 +127,7 @@ def run(gpu: str, *, run_id: str, root: Path, budget_s: float, traces: list[str]
             break
         rows = []
         for si, d in enumerate(chunk):
-            sig = with_outputs(from_json(d))
+            sig = from_json(d)
             common.write_json_atomic(rdir / "inflight.json", {"chunk": ci, "index": si, "signature": sig.key,
                                                               "op": sig.op})
             timing = measure(sig, timer, poisoned)

@@ -302,14 +302,13 @@ def with_outputs(sig: Signature) -> Signature:
     A trace row has its outputs, and `flops_and_bytes` counts an op's output bytes: a measurement without them
     would be featurized as moving only its inputs while the trace row it times moves both (a softmax's roofline
     half of the trace row's). An op the meta device cannot run (a data-dependent output size) keeps none."""
-    if sig.out_shapes is not None or sig.kind not in ("kernel", "memset"):
+    if sig.out_shapes is not None or sig.kind != "kernel":
         return sig
     try:
         result = run_once(bind(sig, META))
     except Exception:  # noqa: BLE001 - no meta kernel or a data-dependent size: the row stays as it was
         return sig
-    outs = [result] if isinstance(result, torch.Tensor) else [
-        t for t in (result if isinstance(result, (list, tuple)) else []) if isinstance(t, torch.Tensor)]
+    outs = [t for t in (result if isinstance(result, (list, tuple)) else [result]) if isinstance(t, torch.Tensor)]
     if not outs:
         return sig
     return replace(sig, out_shapes=tuple(tuple(int(d) for d in t.shape) for t in outs),
