@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import pandas as pd
 
 # the suites one calibration writes, each under the calibration's run id plus its suffix
@@ -35,7 +36,8 @@ def drift_table(rows: pd.DataFrame, min_shared: int = 20) -> pd.DataFrame:
     both measured (ok rows, median per signature and timing condition) and the later/earlier time ratio."""
     ok = rows[(rows["status"] == "ok") & (pd.to_numeric(rows["duration_s"], errors="coerce") > 0)].copy()
     if not len(ok):
-        return pd.DataFrame(columns=["source", "earlier", "later", "shared", "median_ratio", "q25", "q75"])
+        return pd.DataFrame(columns=["source", "earlier", "later", "shared", "median_ratio", "q25", "q75",
+                                     "row_median_ape", "row_mape"])
     ok["calibration"] = ok["run_id"].map(calibration_of)
     ok["timing"] = ok["timing"].fillna("") if "timing" in ok.columns else ""
     ok["duration_s"] = pd.to_numeric(ok["duration_s"])
@@ -49,8 +51,10 @@ def drift_table(rows: pd.DataFrame, min_shared: int = 20) -> pd.DataFrame:
             b = by_cal.xs(later, level="calibration").droplevel("source")
             ratio = (b / a).dropna()
             if len(ratio) >= min_shared:
+                own = np.abs(ratio / ratio.median() - 1) * 100  # each row's move beyond the common shift
                 out.append({"source": source, "earlier": earlier, "later": later, "shared": len(ratio),
-                            "median_ratio": ratio.median(), "q25": ratio.quantile(0.25), "q75": ratio.quantile(0.75)})
+                            "median_ratio": ratio.median(), "q25": ratio.quantile(0.25), "q75": ratio.quantile(0.75),
+                            "row_median_ape": own.median(), "row_mape": own.mean()})
     return pd.DataFrame(out)
 
 
@@ -60,16 +64,22 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", default="cpu", help="the part whose calibrations are compared (default cpu)")
     p.add_argument("--min-shared", type=int, default=20, help="skip pairs sharing fewer signatures")
+    p.add_argument("--kind", default=None, help="only rows of this kind (kernel, collective, ...; default every kind)")
+    p.add_argument("--root", action="append", default=None, metavar="WAREHOUSE",
+                   help="read these warehouses together (repeatable; default $MAYA_WAREHOUSE): calibrations made "
+                        "in separate warehouses, compared as one history")
     a = p.parse_args(argv)
-    table = drift_table(read_measurements(gpu=a.gpu), a.min_shared)
+    rows = pd.concat([read_measurements(gpu=a.gpu, kind=a.kind, root=r) for r in (a.root or [None])], ignore_index=True)
+    table = drift_table(rows, a.min_shared)
     if not len(table):
         print(f"no two calibrations of {a.gpu} share {a.min_shared} or more signatures")
         return 0
-    print("| source | earlier calibration | later calibration | shared signatures | later / earlier (median) | IQR |")
-    print("|---|---|---|---|---|---|")
+    print("| source | earlier calibration | later calibration | shared signatures | later / earlier (median) | IQR "
+          "| a row beyond that: median, mean |")
+    print("|---|---|---|---|---|---|---|")
     for r in table.itertuples():
         print(f"| {r.source} | {r.earlier} | {r.later} | {r.shared} | x{r.median_ratio:.3f} | "
-              f"x{r.q25:.2f}-{r.q75:.2f} |")
+              f"x{r.q25:.2f}-{r.q75:.2f} | {r.row_median_ape:.1f}%, {r.row_mape:.1f}% |")
     return 0
 
 

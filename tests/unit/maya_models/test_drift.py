@@ -29,3 +29,18 @@ def test_drift_compares_the_same_signatures_across_consecutive_calibrations():
     assert drift_table(rows, min_shared=3).empty
     kept = training_rows(data=rows).set_index("signature")
     assert kept.duration_s["mm1"] == pytest.approx(1.1e-3)  # both calibrations' median
+
+
+def test_drift_says_how_far_single_rows_move_beyond_the_machines_common_shift():
+    """Three signatures 10% slower in the later calibration and one 32% slower: the common shift is x1.10 and
+    the row that moved on its own sits 20% beyond it, which is the measurement's own repeatability."""
+    earlier, later = "cpu-20261204T1000-aa-kernels", "cpu-20261204T1300-bb-kernels"
+    base = {"mm1": 1e-3, "mm2": 2e-3, "mm3": 3e-3, "mm4": 4e-3}
+    slower = {"mm1": 1.1, "mm2": 1.1, "mm3": 1.1, "mm4": 1.32}
+    rows = pd.DataFrame([_calibrated("cpu", "gemm", s, t, earlier, "2026-12-04 10:00") for s, t in base.items()]
+                        + [_calibrated("cpu", "gemm", s, t * slower[s], later, "2026-12-04 13:00")
+                           for s, t in base.items()])
+    line = drift_table(rows, min_shared=4).iloc[0]
+    assert line.median_ratio == pytest.approx(1.1)
+    assert line.row_median_ape == pytest.approx(0.0, abs=1e-9)
+    assert line.row_mape == pytest.approx(20.0 / 4)
