@@ -14,6 +14,7 @@ import sys
 from rich.console import Console
 
 from pipelines.search.evaluate import DEFAULT_PROGRAM, GroupSelectionError
+from pipelines.search.groups import ITERATIONS
 from pipelines.search.report import run_eval
 from pipelines.validation.holdout import PROGRAMS
 
@@ -31,12 +32,19 @@ def main(argv: list[str] | None = None) -> int:
                         "megatron-core itself (installed by `make test-frameworks`)")
     p.add_argument("--workers", type=int, default=None,
                    help="trials at once, each on its own cores (default: one per usable core; 1: one by one, no Ray)")
+    p.add_argument("--iterations", type=int, default=ITERATIONS,
+                   help=f"optimizer steps each ranking trial emulates, the first a warm-up (default {ITERATIONS}, as "
+                        "`make validate` emulates; at least 2). Fewer cost less where the steady iterations repeat "
+                        "device-bound work; a host-bound layout's host time is a median over same-position gaps of "
+                        "the steady iterations, which wants several")
     a = p.parse_args(argv)
+    if a.iterations < 2:
+        p.error(f"--iterations must be at least 2 (a warm-up and a steady iteration), got {a.iterations}")
     console = Console(width=max(Console().width, 140))
     try:
         run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,
                  ranking=not a.no_ranking, efficiency=not a.no_efficiency, seeds=a.seeds, console=console,
-                 program=a.program, workers=a.workers)
+                 program=a.program, workers=a.workers, iterations=a.iterations)
     except GroupSelectionError as e:
         console.print(f"[red]{e}[/red]")
         return 2

@@ -26,7 +26,7 @@ from emulator.core.hardware import get_gpu
 from emulator.search import Options, Program, run_search
 from emulator.search.space import parse_space
 from emulator.search.store import Store
-from pipelines.search.groups import Group, cheapest_single, program_path, vtrain_groups
+from pipelines.search.groups import ITERATIONS, Group, cheapest_single, program_path, vtrain_groups
 from pipelines.search.ranking import error_summary, relative_errors, scores
 from pipelines.validation.baselines import BaselineUnavailable, llm_analysis_s
 
@@ -86,11 +86,12 @@ def select_groups(multi: tuple[str, ...] = DEFAULT_MULTI, single: int = DEFAULT_
                               f"({', '.join(g.name for g in groups)}){hint}")
 
 
-def _search(group: Group, store: Store, roofline_only: bool, console: Console, program: str, workers: int):
+def _search(group: Group, store: Store, roofline_only: bool, console: Console, program: str, workers: int,
+            iterations: int = ITERATIONS):
     """The group's layouts, exhaustively. `workers` > 1 runs that many trials at once (Ray Tune, a slot of
     cores each): a trial's simulation, and its emulation once fewer ranks than cores are left to run, use
     one core, so trials one by one leave the others idle part of the time."""
-    space = parse_space(group.space_toml(), path=f"vtrain:{group.name}")
+    space = parse_space(group.space_toml(iterations), path=f"vtrain:{group.name}")
     opts = Options(objective="time", algorithm="grid", budget=len(space.feasible()),
                    engine="ray" if workers > 1 else "inline", workers=workers, roofline_only=roofline_only)
     res = run_search(space, Program.of(program_path(program), None, []), opts, store=store, console=console).completed()
@@ -113,11 +114,11 @@ def _analytical(group: Group) -> tuple[dict, dict, str]:
 
 
 def evaluate_group(group: Group, store: Store, console: Console, program: str = "imitation",
-                   workers: int = 1) -> GroupResult:
+                   workers: int = 1, iterations: int = ITERATIONS) -> GroupResult:
     t0 = time.perf_counter()
-    res, maya = _search(group, store, False, console, program, workers)
+    res, maya = _search(group, store, False, console, program, workers, iterations)
     wall = time.perf_counter() - t0
-    _, roof = _search(group, store, True, console, program, workers)
+    _, roof = _search(group, store, True, console, program, workers, iterations)
     llm, six, note = _analytical(group)
     measured = group.measured()
     out = GroupResult(name=group.name, kind=group.kind, gpus=group.first.world_size, layouts=len(measured),

@@ -56,8 +56,9 @@ class Group:
             work.setdefault(self.layout(c), case_work(c))
         return sorted(work, key=lambda lay: (-work[lay], -lay[0], lay))
 
-    def space_toml(self) -> str:
-        """A search-space file whose points are exactly the group's measured layouts."""
+    def space_toml(self, iterations: int = ITERATIONS) -> str:
+        """A search-space file whose points are exactly the group's measured layouts, each emulated for
+        `iterations` optimizer steps (the first is warm-up)."""
         c = self.first
         args, i = [], 0
         while i < len(c.args):
@@ -69,7 +70,9 @@ class Group:
             else:
                 args.append(a)
                 i += 1
-        args += ["--steps", str(ITERATIONS + 1)]
+        if iterations < 2:
+            raise ValueError(f"a trial emulates at least 2 iterations (a warm-up and a steady one), got {iterations}")
+        args += ["--steps", str(iterations + 1)]
         layouts = self.costliest_first()
         lines = ["[knobs]"]
         for j, k in enumerate(KNOB_FLAGS):
@@ -77,7 +80,7 @@ class Group:
         seq, gb = c.model["seq"], c.parallel["global_batch"]
         lines += ["", "[program]", f"args = {json.dumps(args)}", "", "[cluster]", f'gpu = "{c.gpu}"',
                   f"nnodes = {c.nnodes}", f"nproc_per_node = {c.nproc_per_node}", "", "[predict]",
-                  f"iterations = {ITERATIONS}", f"tokens_per_iteration = {gb * seq}", ""]
+                  f"iterations = {iterations}", f"tokens_per_iteration = {gb * seq}", ""]
         for lay in layouts:
             lines += ["[[points]]", *(f"{k} = {v}" for k, v in zip(KNOB_FLAGS, lay, strict=True)), ""]
         return "\n".join(lines)

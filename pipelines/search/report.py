@@ -25,7 +25,7 @@ from pipelines.search.evaluate import (
     select_groups,
     summarize,
 )
-from pipelines.search.groups import require_program
+from pipelines.search.groups import ITERATIONS, require_program
 from pipelines.validation.holdout import HoldoutMissingError
 from pipelines.validation.runner import ensure_predictors
 
@@ -95,7 +95,8 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 def markdown(rep: dict) -> str:
     """report.md: the ranking and error tables, then each group's layouts, measured against predicted."""
     lines = [f"# maya search evaluation ({rep.get('program', 'imitation')} program)", "",
-             f"started {rep.get('started')}, finished {rep.get('finished', '(not finished)')}", ""]
+             f"started {rep.get('started')}, finished {rep.get('finished', '(not finished)')}; "
+             f"{rep.get('iterations', ITERATIONS)} emulated iterations a trial", ""]
     lines += [f"- {n}" for n in rep.get("notes", [])]
     ranking = rep.get("ranking")
     if ranking:
@@ -121,10 +122,11 @@ def efficiency_rows(eff: dict) -> tuple[list[str], list[list[str]]]:
 
 def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficiency: bool = True, seeds: int = 10,
              console: Console | None = None, out_dir: Path | None = None, program: str = DEFAULT_PROGRAM,
-             workers: int | None = None) -> dict:
+             workers: int | None = None, iterations: int = ITERATIONS) -> dict:
     """`program` names the validation program every ranking trial runs (`pipelines.validation.holdout.PROGRAMS`);
     its report goes to `search/eval` for the imitation, `search/eval-<program>` otherwise. `workers`: trials at
-    once (default one per usable core)."""
+    once (default one per usable core). `iterations`: optimizer steps each ranking trial emulates (default the
+    validation's, so a layout's trial is the emulation `make validate` runs)."""
     console = console or Console()
     require_program(program)  # an unknown or uninstalled program stops here, before any trial
     out_dir = Path(out_dir or warehouse_root() / "search" / ("eval" if program == "imitation" else f"eval-{program}"))
@@ -132,7 +134,7 @@ def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficienc
     store = Store()
     workers = workers or len(usable_cores())
     rep: dict = dict(started=dt.datetime.now().isoformat(timespec="seconds"), machine=platform.node(), notes=[],
-                     program=program, workers=workers)
+                     program=program, workers=workers, iterations=iterations)
     if ranking:
         try:
             groups = select_groups(multi or DEFAULT_MULTI, DEFAULT_SINGLE if single is None else single, only)
@@ -143,7 +145,7 @@ def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficienc
         results = []
         for g in groups:
             console.print(f"[bold]{g.name}[/bold]: {len(g.measured())} layouts, emulation work {g.work:,.0f}")
-            results.append(evaluate_group(g, store, console, program, workers))
+            results.append(evaluate_group(g, store, console, program, workers, iterations))
             rep["ranking"] = dict(groups=[r.to_json() for r in results], summary=summarize(results))
             _write(out_dir, rep)
         if results:

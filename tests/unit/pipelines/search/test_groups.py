@@ -4,7 +4,7 @@ import pytest
 
 from emulator.search.space import parse_space
 from pipelines.search.__main__ import main
-from pipelines.search.groups import Group
+from pipelines.search.groups import ITERATIONS, Group
 from pipelines.validation.holdout import Case
 
 
@@ -38,3 +38,20 @@ def test_a_group_name_that_selects_nothing_is_an_error_that_names_the_groups(mon
     with pytest.raises(evaluate.GroupSelectionError, match="no multi-node group named multi-9B.*multi-3.6B-64gpu"):
         evaluate.select_groups(("multi-9B",), 0)
     assert main(["--multi", "multi-9B", "--no-efficiency"]) == 2
+
+
+def test_a_group_emulates_the_iterations_asked_for_and_never_fewer_than_a_steady_one():
+    """`--iterations N`: every trial of the group emulates N optimizer steps (the program runs one more), the
+    validation's count by default; one alone would leave no steady iteration, and is refused before any trial."""
+    group = Group("g", "single", [_case(1, 1, 8), _case(2, 1, 1)])
+    layout = group.costliest_first()[0]
+    default, fewer = (parse_space(group.space_toml(*n), path="t").plan(dict(zip(("tp", "pp", "micro_batch"),
+                                                                               layout, strict=True)))
+                      for n in ((), (2,)))
+    assert default.iterations == ITERATIONS and fewer.iterations == 2
+    assert default.argv[default.argv.index("--steps") + 1] == str(ITERATIONS + 1)
+    assert fewer.argv[fewer.argv.index("--steps") + 1] == "3"
+    with pytest.raises(ValueError, match="at least 2"):
+        group.space_toml(1)
+    with pytest.raises(SystemExit):
+        main(["--iterations", "1", "--no-efficiency"])

@@ -29,7 +29,7 @@ def test_each_part_gets_its_predictors_before_any_trial_and_a_failure_is_a_note(
         calls.append(("predictors", gpu))
         return "could not get predictors for a100-80gb (bootstrap exited 1)" if gpu == "a100-80gb" else None
 
-    def evaluate(group, store, console, program, workers):
+    def evaluate(group, store, console, program, workers, iterations):
         calls.append(("trial", group.name))
         raise KeyboardInterrupt  # stop after the first group: what came before it is what the test is about
 
@@ -45,13 +45,14 @@ def test_each_part_gets_its_predictors_before_any_trial_and_a_failure_is_a_note(
     assert "could not get predictors for a100-80gb" in out.getvalue()
 
 
-def test_the_program_and_workers_reach_every_trial_and_an_unknown_or_uninstalled_one_stops_before_any(tmp_path,
-                                                                                                      monkeypatch):
+def test_the_program_workers_and_iterations_reach_every_trial_and_an_unknown_program_stops_before_any(
+        tmp_path, monkeypatch):
     programs = []
     monkeypatch.setattr(report, "select_groups", lambda *a: [_Group("g1", "a100-80gb")])
     monkeypatch.setattr(report, "ensure_predictors", lambda gpu, runs_dir: None)
     monkeypatch.setattr(report, "evaluate_group",
-                        lambda g, store, console, program, workers: programs.append((program, workers)) or _stop())
+                        lambda g, store, console, program, workers, iterations:
+                        programs.append((program, workers, iterations)) or _stop())
     monkeypatch.setattr(report, "Store", lambda: None)
     with pytest.raises(ValueError, match="unknown validation program 'megatron'"):
         report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path, program="megatron")
@@ -65,8 +66,8 @@ def test_the_program_and_workers_reach_every_trial_and_an_unknown_or_uninstalled
     installed["megatron"] = object()
     with pytest.raises(KeyboardInterrupt):
         report.run_eval(efficiency=False, console=Console(file=io.StringIO()), out_dir=tmp_path,
-                        program="megatron-core", workers=2)
-    assert programs == [("megatron-core", 2)]
+                        program="megatron-core", workers=2, iterations=2)
+    assert programs == [("megatron-core", 2, 2)]
 
 
 def _stop():
@@ -80,7 +81,7 @@ def test_the_report_prints_and_writes_each_layouts_measured_and_predicted_time(t
     measured = {(1, 1, 2): 3.70, (2, 1, 8): 3.98, (8, 1, 2): 8.88}
     maya = {(1, 1, 2): 3.73, (2, 1, 8): 3.90, (8, 1, 2): 7.99}
 
-    def evaluate(group, store, console, program, workers):
+    def evaluate(group, store, console, program, workers, iterations):
         r = GroupResult(name=group.name, kind="multi", gpus=64, layouts=3, measured=measured, wall_s=600.0)
         for m in METHODS:
             pred = maya if m == "maya" else {k: 4.0 for k in measured}
