@@ -20,6 +20,7 @@ import pandas as pd
 # the suites one calibration writes, each under the calibration's run id plus its suffix
 # (pipelines.calibration.assets, which this package may not import)
 CALIBRATION_SUITES = ("-kernels", "-collectives", "-in-training")
+COLUMNS = ["source", "earlier", "later", "shared", "median_ratio", "q25", "q75", "row_median_ape", "row_mape"]
 
 
 def calibration_of(run_id) -> str:
@@ -36,8 +37,7 @@ def drift_table(rows: pd.DataFrame, min_shared: int = 20) -> pd.DataFrame:
     both measured (ok rows, median per signature and timing condition) and the later/earlier time ratio."""
     ok = rows[(rows["status"] == "ok") & (pd.to_numeric(rows["duration_s"], errors="coerce") > 0)].copy()
     if not len(ok):
-        return pd.DataFrame(columns=["source", "earlier", "later", "shared", "median_ratio", "q25", "q75",
-                                     "row_median_ape", "row_mape"])
+        return pd.DataFrame(columns=COLUMNS)
     ok["calibration"] = ok["run_id"].map(calibration_of)
     ok["timing"] = ok["timing"].fillna("") if "timing" in ok.columns else ""
     ok["duration_s"] = pd.to_numeric(ok["duration_s"])
@@ -55,7 +55,7 @@ def drift_table(rows: pd.DataFrame, min_shared: int = 20) -> pd.DataFrame:
                 out.append({"source": source, "earlier": earlier, "later": later, "shared": len(ratio),
                             "median_ratio": ratio.median(), "q25": ratio.quantile(0.25), "q75": ratio.quantile(0.75),
                             "row_median_ape": own.median(), "row_mape": own.mean()})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=COLUMNS)
 
 
 def main(argv=None) -> int:

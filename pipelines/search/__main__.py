@@ -14,7 +14,7 @@ import sys
 from rich.console import Console
 
 from pipelines.search.evaluate import DEFAULT_PROGRAM, GroupSelectionError
-from pipelines.search.groups import ITERATIONS
+from pipelines.search.groups import ITERATIONS, check_iterations
 from pipelines.search.report import run_eval
 from pipelines.validation.holdout import PROGRAMS
 
@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
                         "device-bound work; a host-bound layout's host time is a median over same-position gaps of "
                         "the steady iterations, which wants several")
     a = p.parse_args(argv)
-    if a.iterations < 2:
-        p.error(f"--iterations must be at least 2 (a warm-up and a steady iteration), got {a.iterations}")
+    try:
+        check_iterations(a.iterations)
+    except ValueError as e:
+        p.error(f"--iterations: {e}")
     console = Console(width=max(Console().width, 140))
     try:
         run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,

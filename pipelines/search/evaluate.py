@@ -87,7 +87,7 @@ def select_groups(multi: tuple[str, ...] = DEFAULT_MULTI, single: int = DEFAULT_
 
 
 def _search(group: Group, store: Store, roofline_only: bool, console: Console, program: str, workers: int,
-            iterations: int = ITERATIONS):
+            iterations: int):
     """The group's layouts, exhaustively. `workers` > 1 runs that many trials at once (Ray Tune, a slot of
     cores each): a trial's simulation, and its emulation once fewer ranks than cores are left to run, use
     one core, so trials one by one leave the others idle part of the time."""

@@ -21,6 +21,13 @@ KNOB_FLAGS = {"tp": "--tp", "pp": "--pp", "micro_batch": "--micro-batch"}
 ITERATIONS = GPU_ITERATIONS
 
 
+def check_iterations(iterations: int) -> int:
+    """`iterations` if a trial can emulate that many: a warm-up and at least one steady iteration."""
+    if iterations < 2:
+        raise ValueError(f"a trial emulates at least 2 iterations (a warm-up and a steady one), got {iterations}")
+    return iterations
+
+
 @dataclass
 class Group:
     name: str
@@ -70,9 +77,7 @@ class Group:
             else:
                 args.append(a)
                 i += 1
-        if iterations < 2:
-            raise ValueError(f"a trial emulates at least 2 iterations (a warm-up and a steady one), got {iterations}")
-        args += ["--steps", str(iterations + 1)]
+        args += ["--steps", str(check_iterations(iterations) + 1)]
         layouts = self.costliest_first()
         lines = ["[knobs]"]
         for j, k in enumerate(KNOB_FLAGS):

@@ -44,10 +44,9 @@ def test_a_group_emulates_the_iterations_asked_for_and_never_fewer_than_a_steady
     """`--iterations N`: every trial of the group emulates N optimizer steps (the program runs one more), the
     validation's count by default; one alone would leave no steady iteration, and is refused before any trial."""
     group = Group("g", "single", [_case(1, 1, 8), _case(2, 1, 1)])
-    layout = group.costliest_first()[0]
-    default, fewer = (parse_space(group.space_toml(*n), path="t").plan(dict(zip(("tp", "pp", "micro_batch"),
-                                                                               layout, strict=True)))
-                      for n in ((), (2,)))
+    knobs = dict(zip(("tp", "pp", "micro_batch"), group.costliest_first()[0], strict=True))
+    default = parse_space(group.space_toml(), path="t").plan(knobs)
+    fewer = parse_space(group.space_toml(2), path="t").plan(knobs)
     assert default.iterations == ITERATIONS and fewer.iterations == 2
     assert default.argv[default.argv.index("--steps") + 1] == str(ITERATIONS + 1)
     assert fewer.argv[fewer.argv.index("--steps") + 1] == "3"
