@@ -14,7 +14,7 @@ import sys
 from rich.console import Console
 
 from pipelines.search.evaluate import DEFAULT_PROGRAM, GroupSelectionError
-from pipelines.search.groups import ITERATIONS, check_iterations
+from pipelines.search.groups import ITERATIONS, check_iterations, require_program
 from pipelines.search.report import run_eval
 from pipelines.validation.holdout import PROGRAMS
 
@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         check_iterations(a.iterations)
     except ValueError as e:
         p.error(f"--iterations: {e}")
+    if not a.no_ranking:
+        try:
+            require_program(a.program)
+        except ValueError as e:
+            p.error(f"--program {a.program}: {e}")
     console = Console(width=max(Console().width, 140))
     try:
         run_eval(multi=tuple(a.multi.split(",")) if a.multi else None, single=a.single, only=a.only,

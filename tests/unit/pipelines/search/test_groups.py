@@ -54,3 +54,16 @@ def test_a_group_emulates_the_iterations_asked_for_and_never_fewer_than_a_steady
         group.space_toml(1)
     with pytest.raises(SystemExit):
         main(["--iterations", "1", "--no-efficiency"])
+
+
+def test_a_ranking_program_that_is_not_installed_is_refused_before_any_trial(monkeypatch, capsys):
+    """megatron-core is a test-time extra: asking for its program without it is a usage error naming the fix."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name == "megatron" else real_find_spec(name, *a, **k))
+    with pytest.raises(SystemExit) as stop:
+        main(["--program", "megatron-core", "--no-efficiency"])
+    assert stop.value.code == 2
+    assert "make test-frameworks" in capsys.readouterr().err
