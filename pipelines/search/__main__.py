@@ -14,7 +14,7 @@ import sys
 from rich.console import Console
 
 from pipelines.search.evaluate import DEFAULT_PROGRAM, GroupSelectionError
-from pipelines.search.groups import ITERATIONS, check_iterations, require_program
+from pipelines.search.groups import ITERATIONS, MULTI_NODE_ITERATIONS, check_iterations, require_program
 from pipelines.search.report import run_eval
 from pipelines.validation.holdout import PROGRAMS
 
@@ -32,16 +32,18 @@ def main(argv: list[str] | None = None) -> int:
                         "megatron-core itself (installed by `make test-frameworks`)")
     p.add_argument("--workers", type=int, default=None,
                    help="trials at once, each on its own cores (default: one per usable core; 1: one by one, no Ray)")
-    p.add_argument("--iterations", type=int, default=ITERATIONS,
-                   help=f"optimizer steps each ranking trial emulates, the first a warm-up (default {ITERATIONS}, as "
-                        "`make validate` emulates; at least 2). Fewer cost less where the steady iterations repeat "
-                        "device-bound work; a host-bound layout's host time is a median over same-position gaps of "
-                        "the steady iterations, which wants several")
+    p.add_argument("--iterations", type=int, default=None,
+                   help=f"optimizer steps each ranking trial emulates, the first a warm-up; at least 2 (default "
+                        f"{ITERATIONS} for single-node groups, as `make validate` emulates: their layouts are "
+                        "host-bound, and a host gap is a median over the steady iterations' same-position gaps; "
+                        f"{MULTI_NODE_ITERATIONS} for multi-node groups, device-bound, whose steady iterations "
+                        "repeat the same kernels)")
     a = p.parse_args(argv)
-    try:
-        check_iterations(a.iterations)
-    except ValueError as e:
-        p.error(f"--iterations: {e}")
+    if a.iterations is not None:
+        try:
+            check_iterations(a.iterations)
+        except ValueError as e:
+            p.error(f"--iterations: {e}")
     if not a.no_ranking:
         try:
             require_program(a.program)

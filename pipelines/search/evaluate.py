@@ -26,7 +26,7 @@ from emulator.core.hardware import get_gpu
 from emulator.search import Options, Program, run_search
 from emulator.search.space import parse_space
 from emulator.search.store import Store
-from pipelines.search.groups import ITERATIONS, Group, cheapest_single, program_path, vtrain_groups
+from pipelines.search.groups import Group, cheapest_single, program_path, vtrain_groups
 from pipelines.search.ranking import error_summary, relative_errors, scores
 from pipelines.validation.baselines import BaselineUnavailable, llm_analysis_s
 
@@ -53,11 +53,13 @@ class GroupResult:
     executed: int = 0
     cached: int = 0
     note: str = ""
+    iterations: int = 0  # optimizer steps each trial emulated
 
     def to_json(self) -> dict:
         key = lambda lay: "tp{}-pp{}-mb{}".format(*lay)  # noqa: E731
         return dict(name=self.name, kind=self.kind, gpus=self.gpus, layouts=self.layouts, wall_s=self.wall_s,
-                    executed=self.executed, cached=self.cached, note=self.note, scores=self.scores,
+                    executed=self.executed, cached=self.cached, note=self.note, iterations=self.iterations,
+                    scores=self.scores,
                     measured={key(k): v for k, v in self.measured.items()},
                     predicted={m: {key(k): v for k, v in p.items()} for m, p in self.predicted.items()})
 
@@ -114,7 +116,10 @@ def _analytical(group: Group) -> tuple[dict, dict, str]:
 
 
 def evaluate_group(group: Group, store: Store, console: Console, program: str = "imitation",
-                   workers: int = 1, iterations: int = ITERATIONS) -> GroupResult:
+                   workers: int = 1, iterations: int | None = None) -> GroupResult:
+    """Every measured layout of `group` predicted by maya and by the baselines, and their scores. `iterations`:
+    the optimizer steps each trial emulates (default the group's `default_iterations`)."""
+    iterations = group.default_iterations if iterations is None else iterations
     t0 = time.perf_counter()
     res, maya = _search(group, store, False, console, program, workers, iterations)
     wall = time.perf_counter() - t0
@@ -123,7 +128,7 @@ def evaluate_group(group: Group, store: Store, console: Console, program: str = 
     measured = group.measured()
     out = GroupResult(name=group.name, kind=group.kind, gpus=group.first.world_size, layouts=len(measured),
                       measured=measured, wall_s=wall, executed=res.counts["executed"], cached=res.counts["cached"],
-                      note=note)
+                      note=note, iterations=iterations)
     for method, pred in zip(METHODS, (maya, roof, llm, six), strict=True):
         out.predicted[method] = {k: pred.get(k) for k in measured}
         out.scores[method] = scores(pred, measured)

@@ -16,9 +16,13 @@ from pipelines.validation.holdout import PROGRAMS, REPO_ROOT, Case, case_work, l
 from pipelines.validation.runner import GPU_ITERATIONS
 
 KNOB_FLAGS = {"tp": "--tp", "pp": "--pp", "micro_batch": "--micro-batch"}
-# emulated optimizer steps, as the validation emulates them: the first is warm-up, and with one steady
-# iteration there is no same-position median of the host gaps (README, "vTrain single node, run to run")
+# Emulated optimizer steps a trial runs by default, the first a warm-up. Single-node groups are host-bound, and a
+# host gap is a same-position median over the steady iterations (README, "vTrain single node, run to run"): as
+# many as the validation emulates. Multi-node groups are device-bound: each steady iteration runs the same kernels
+# and collectives, so one predicts what three do, at about 60% of the emulation (docs/measurements.md, "Fewer
+# emulated iterations for device-bound groups").
 ITERATIONS = GPU_ITERATIONS
+MULTI_NODE_ITERATIONS = 2
 
 
 def check_iterations(iterations: int) -> int:
@@ -63,9 +67,15 @@ class Group:
             work.setdefault(self.layout(c), case_work(c))
         return sorted(work, key=lambda lay: (-work[lay], -lay[0], lay))
 
-    def space_toml(self, iterations: int = ITERATIONS) -> str:
+    @property
+    def default_iterations(self) -> int:
+        """The optimizer steps a trial of this group emulates unless told otherwise (see ITERATIONS)."""
+        return MULTI_NODE_ITERATIONS if self.kind == "multi" else ITERATIONS
+
+    def space_toml(self, iterations: int | None = None) -> str:
         """A search-space file whose points are exactly the group's measured layouts, each emulated for
-        `iterations` optimizer steps (the first is warm-up)."""
+        `iterations` optimizer steps (the first is warm-up; default `default_iterations`)."""
+        iterations = self.default_iterations if iterations is None else iterations
         c = self.first
         args, i = [], 0
         while i < len(c.args):

@@ -25,7 +25,7 @@ from pipelines.search.evaluate import (
     select_groups,
     summarize,
 )
-from pipelines.search.groups import ITERATIONS, require_program
+from pipelines.search.groups import require_program
 from pipelines.validation.holdout import HoldoutMissingError
 from pipelines.validation.runner import ensure_predictors
 
@@ -96,14 +96,15 @@ def markdown(rep: dict) -> str:
     """report.md: the ranking and error tables, then each group's layouts, measured against predicted."""
     lines = [f"# maya search evaluation ({rep.get('program', 'imitation')} program)", "",
              f"started {rep.get('started')}, finished {rep.get('finished', '(not finished)')}; "
-             f"{rep.get('iterations', ITERATIONS)} emulated iterations a trial", ""]
+             f"emulated iterations a trial: {rep.get('iterations') or 'each group its own (below)'}", ""]
     lines += [f"- {n}" for n in rep.get("notes", [])]
     ranking = rep.get("ranking")
     if ranking:
         lines += ["", f"## {RANKING_TITLE}", "", *_md_table(*ranking_rows(ranking))]
         lines += ["", f"## {ERROR_TITLE}", "", *_md_table(*error_rows(ranking))]
         for g in ranking["groups"]:
-            lines += ["", f"### {g['name']} ({g['gpus']} GPUs)", "", *_md_table(*layout_rows(g))]
+            steps = f", {g['iterations']} emulated iterations a trial" if g.get("iterations") else ""
+            lines += ["", f"### {g['name']} ({g['gpus']} GPUs{steps})", "", *_md_table(*layout_rows(g))]
     eff = rep.get("efficiency")
     if eff:
         lines += ["", f"## {_efficiency_title(eff)}", "", *_md_table(*efficiency_rows(eff))]
@@ -122,11 +123,11 @@ def efficiency_rows(eff: dict) -> tuple[list[str], list[list[str]]]:
 
 def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficiency: bool = True, seeds: int = 10,
              console: Console | None = None, out_dir: Path | None = None, program: str = DEFAULT_PROGRAM,
-             workers: int | None = None, iterations: int = ITERATIONS) -> dict:
+             workers: int | None = None, iterations: int | None = None) -> dict:
     """`program` names the validation program every ranking trial runs (`pipelines.validation.holdout.PROGRAMS`);
     its report goes to `search/eval` for the imitation, `search/eval-<program>` otherwise. `workers`: trials at
-    once (default one per usable core). `iterations`: optimizer steps each ranking trial emulates (default the
-    validation's, so a layout's trial is the emulation `make validate` runs)."""
+    once (default one per usable core). `iterations`: optimizer steps each ranking trial emulates (default each
+    group's own, `Group.default_iterations`: the validation's for single-node groups, 2 for multi-node ones)."""
     console = console or Console()
     require_program(program)  # an unknown or uninstalled program stops here, before any trial
     out_dir = Path(out_dir or warehouse_root() / "search" / ("eval" if program == "imitation" else f"eval-{program}"))

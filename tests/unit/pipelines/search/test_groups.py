@@ -41,15 +41,20 @@ def test_a_group_name_that_selects_nothing_is_an_error_that_names_the_groups(mon
 
 
 def test_a_group_emulates_the_iterations_asked_for_and_never_fewer_than_a_steady_one():
-    """`--iterations N`: every trial of the group emulates N optimizer steps (the program runs one more), the
-    validation's count by default; one alone would leave no steady iteration, and is refused before any trial."""
+    """`--iterations N`: every trial of the group emulates N optimizer steps (the program runs one more); by
+    default a single-node group (host-bound) as many as the validation, a multi-node one (device-bound) 2. One
+    alone would leave no steady iteration, and is refused before any trial."""
     group = Group("g", "single", [_case(1, 1, 8), _case(2, 1, 1)])
     knobs = dict(zip(("tp", "pp", "micro_batch"), group.costliest_first()[0], strict=True))
     default = parse_space(group.space_toml(), path="t").plan(knobs)
     fewer = parse_space(group.space_toml(2), path="t").plan(knobs)
-    assert default.iterations == ITERATIONS and fewer.iterations == 2
+    assert default.iterations == ITERATIONS > 2 and fewer.iterations == 2
     assert default.argv[default.argv.index("--steps") + 1] == str(ITERATIONS + 1)
     assert fewer.argv[fewer.argv.index("--steps") + 1] == "3"
+    multi = Group("m", "multi", group.cases)
+    by_default, asked = (parse_space(multi.space_toml(n), path="t").plan(knobs) for n in (None, ITERATIONS))
+    assert by_default.iterations == 2 and by_default.argv[by_default.argv.index("--steps") + 1] == "3"
+    assert asked.iterations == ITERATIONS
     with pytest.raises(ValueError, match="at least 2"):
         group.space_toml(1)
     with pytest.raises(SystemExit):

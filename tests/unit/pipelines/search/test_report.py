@@ -82,7 +82,8 @@ def test_the_report_prints_and_writes_each_layouts_measured_and_predicted_time(t
     maya = {(1, 1, 2): 3.73, (2, 1, 8): 3.90, (8, 1, 2): 7.99}
 
     def evaluate(group, store, console, program, workers, iterations):
-        r = GroupResult(name=group.name, kind="multi", gpus=64, layouts=3, measured=measured, wall_s=600.0)
+        r = GroupResult(name=group.name, kind="multi", gpus=64, layouts=3, measured=measured, wall_s=600.0,
+                        iterations=iterations or 2)
         for m in METHODS:
             pred = maya if m == "maya" else {k: 4.0 for k in measured}
             r.predicted[m], r.scores[m] = pred, scores(pred, measured)
@@ -101,3 +102,5 @@ def test_the_report_prints_and_writes_each_layouts_measured_and_predicted_time(t
     assert "| tp1-pp1-mb2 (measured best) | 3.700 | 3.730 |" in md
     assert "| tp8-pp1-mb2 | 8.880 | 7.990 |" in md and "-10.0% |" in md
     assert "| multi: all layouts | 3 |" in md
+    assert "emulated iterations a trial: each group its own" in md
+    assert "### multi-3.6B-64gpu (64 GPUs, 2 emulated iterations a trial)" in md
