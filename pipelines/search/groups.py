@@ -19,8 +19,8 @@ KNOB_FLAGS = {"tp": "--tp", "pp": "--pp", "micro_batch": "--micro-batch"}
 # Emulated optimizer steps a trial runs by default, the first a warm-up. Single-node groups are host-bound, and a
 # host gap is a same-position median over the steady iterations (README, "vTrain single node, run to run"): as
 # many as the validation emulates. Multi-node groups are device-bound: each steady iteration runs the same kernels
-# and collectives, so one predicts what three do, at about 60% of the emulation (docs/measurements.md, "Fewer
-# emulated iterations for device-bound groups").
+# and collectives, so one predicts what three do, for less emulation (docs/measurements.md, "Fewer emulated
+# iterations for device-bound groups").
 ITERATIONS = GPU_ITERATIONS
 MULTI_NODE_ITERATIONS = 2
 
