@@ -118,8 +118,8 @@ def _analytical(group: Group) -> tuple[dict, dict, str]:
 def evaluate_group(group: Group, store: Store, console: Console, program: str = "imitation",
                    workers: int = 1, iterations: int | None = None) -> GroupResult:
     """Every measured layout of `group` predicted by maya and by the baselines, and their scores. `iterations`:
-    the optimizer steps each trial emulates (default the group's `default_iterations`)."""
-    iterations = group.default_iterations if iterations is None else iterations
+    the optimizer steps each trial emulates (`Group.trial_iterations`)."""
+    iterations = group.trial_iterations(iterations)
     t0 = time.perf_counter()
     res, maya = _search(group, store, False, console, program, workers, iterations)
     wall = time.perf_counter() - t0

@@ -67,15 +67,17 @@ class Group:
             work.setdefault(self.layout(c), case_work(c))
         return sorted(work, key=lambda lay: (-work[lay], -lay[0], lay))
 
-    @property
-    def default_iterations(self) -> int:
-        """The optimizer steps a trial of this group emulates unless told otherwise (see ITERATIONS)."""
-        return MULTI_NODE_ITERATIONS if self.kind == "multi" else ITERATIONS
+    def trial_iterations(self, asked: int | None = None) -> int:
+        """The optimizer steps each trial of this group emulates: `asked`, else the group kind's default (see
+        ITERATIONS); at least 2."""
+        if asked is None:
+            asked = MULTI_NODE_ITERATIONS if self.kind == "multi" else ITERATIONS
+        return check_iterations(asked)
 
     def space_toml(self, iterations: int | None = None) -> str:
         """A search-space file whose points are exactly the group's measured layouts, each emulated for
-        `iterations` optimizer steps (the first is warm-up; default `default_iterations`)."""
-        iterations = self.default_iterations if iterations is None else iterations
+        `trial_iterations(iterations)` optimizer steps (the first is warm-up)."""
+        iterations = self.trial_iterations(iterations)
         c = self.first
         args, i = [], 0
         while i < len(c.args):
@@ -87,7 +89,7 @@ class Group:
             else:
                 args.append(a)
                 i += 1
-        args += ["--steps", str(check_iterations(iterations) + 1)]
+        args += ["--steps", str(iterations + 1)]
         layouts = self.costliest_first()
         lines = ["[knobs]"]
         for j, k in enumerate(KNOB_FLAGS):

@@ -127,9 +127,10 @@ def run_eval(multi=None, single=None, only=None, ranking: bool = True, efficienc
     """`program` names the validation program every ranking trial runs (`pipelines.validation.holdout.PROGRAMS`);
     its report goes to `search/eval` for the imitation, `search/eval-<program>` otherwise. `workers`: trials at
     once (default one per usable core). `iterations`: optimizer steps each ranking trial emulates (default each
-    group's own, `Group.default_iterations`: the validation's for single-node groups, 2 for multi-node ones)."""
+    group's own, `Group.trial_iterations`: the validation's for single-node groups, 2 for multi-node ones)."""
     console = console or Console()
-    require_program(program)  # an unknown or uninstalled program stops here, before any trial
+    if ranking:  # only the ranking trials run it: an unknown or uninstalled program stops here, before any trial
+        require_program(program)
     out_dir = Path(out_dir or warehouse_root() / "search" / ("eval" if program == "imitation" else f"eval-{program}"))
     out_dir.mkdir(parents=True, exist_ok=True)
     store = Store()
