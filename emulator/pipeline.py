@@ -42,6 +42,29 @@ EXPECTED_ERRORS = (TraceSchemaError, SummaryError, DamagedFile, CollateError, Cl
                    UnknownGPUError, GPUVariantError, FileNotFoundError)
 
 
+def host_speed_band(job, cl, est, file: dict) -> list[float] | None:
+    """[low, high] iteration time of a host-bound step with each rank's host gaps read at the slowest and
+    the fastest of its host-speed probes instead of their median (`emulator.hosttime.probe_band`).
+
+    Why: such a step is this machine's host time, scaled; the probes bracket the speed its gaps were
+    recorded at, and the range is what the figure carries from it (the same program emulated five
+    times moves that much, `make bench`). Two more simulations of a step that is mostly host time,
+    without a timeline; the job's gaps are set back to the median's after."""
+    explicit = cl.host_gap_scale if "host_gap_scale" in file else None
+    ends = []
+    try:
+        for band in ("low", "high"):
+            apply_host_time(job, cl.spec.key, explicit, band=band)
+            result = simulate(job, est.durations, cl.launch_overhead_s, synchronous=cl.spec.is_cpu, classes=True)
+            tm = timing(result, cl.launch_overhead_s) if result.hang is None else None
+            if tm is None or not tm.iteration_time_s:
+                return None
+            ends.append(float(tm.iteration_time_s))
+    finally:
+        apply_host_time(job, cl.spec.key, explicit)
+    return sorted(ends)
+
+
 def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | None = None,
                        nproc_per_node: int | None = None, cluster: Path | None = None,
                        price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
@@ -96,6 +119,8 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     pred = build_prediction(job, cl, tm, est, time.perf_counter() - t0, tokens_per_iteration, hang, host)
     if result is not None and hang is None:
         pred.cuda_event_timings = cuda_event_timings(result)
+    if pred.bound_by == "host" and est is not None:
+        pred.iteration_time_band_s = host_speed_band(job, cl, est, file)
     pred.timeline = bool(timeline and result is not None and tm is not None)
     if write:
         if pred.timeline:

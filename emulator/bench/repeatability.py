@@ -11,6 +11,9 @@ process CPU time (program and emulator, the same work every run): how much the m
 moved under the same work. `moved_most` names the call sites (op and phase) whose host time
 differs most between the fastest and the slowest run, and `their_share` how much of that
 difference they carry: whether the machine slowed every gap alike or a few large ones.
+`bands_ms` is each run's host-speed range (`iteration_time_band_s`, host-bound steps only) and
+`bands_hold_median` how many of them contain the runs' median: whether the range a single
+prediction prints is as wide as the run-to-run spread it stands for.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def spread(values: list[float]) -> float:
 
 def repeat_prediction(name: str, out_root: Path, runs: int = 5) -> dict:
     prog = PROGRAMS[name]
-    times, hosts, cpu, sites = [], [], [], []
+    times, hosts, cpu, sites, bands = [], [], [], [], []
     for i in range(runs):
         out = out_root / f"{name}-{i}"
         summary = run_emulation(script=str(EXAMPLES / prog.script), module=None, argv=prog.argv, gpu=prog.gpu,
@@ -62,6 +65,7 @@ def repeat_prediction(name: str, out_root: Path, runs: int = 5) -> dict:
             raise RuntimeError(f"{name}: emulation failed: {summary.error}")
         pred = predict_from_trace(out, roofline_only=True, timeline=False)
         times.append(pred.iteration_time_s)
+        bands.append(pred.iteration_time_band_s)
         hosts.append(pred.breakdown_s["host"])
         rank = min(summary.rank_map.values())
         cpu.append(steady_cpu_s(out, rank))
@@ -71,7 +75,18 @@ def repeat_prediction(name: str, out_root: Path, runs: int = 5) -> dict:
     named, share = moved_most(fast, slow)
     return {"iteration_times_ms": [round(t * 1e3, 3) for t in times], "host_ms": [round(h * 1e3, 3) for h in hosts],
             "cpu_s_spread": spread(cpu) if all(cpu) else None, "moved_most": named, "their_share": share,
-            "spread": moved, "target": f"<= {TARGET:.0%}", "meets_target": moved <= TARGET}
+            "spread": moved, "target": f"<= {TARGET:.0%}", "meets_target": moved <= TARGET, **band_cover(times, bands)}
+
+
+def band_cover(times: list[float], bands: list[list[float] | None]) -> dict:
+    """Each run's host-speed range in ms and how many contain the median of the runs' times (none when no
+    run was host-bound)."""
+    if not any(bands):
+        return {}
+    mid = statistics.median(times)
+    held = sum(1 for b in bands if b and b[0] <= mid <= b[1])
+    return {"bands_ms": [[round(x * 1e3, 3) for x in b] if b else None for b in bands],
+            "bands_hold_median": f"{held} of {len(bands)}"}
 
 
 def steady_cpu_s(out: Path, rank: int) -> float | None:

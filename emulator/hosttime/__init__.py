@@ -11,25 +11,34 @@ stage turns those into the target's host time, for every emulated rank's trace:
 3. take each repeated iteration's gap at a position as the median over the iterations that repeat the
    same op sequence (`clip.same_position_medians`).
 The result is `RepTrace.host_gap`, which the simulator and the analysis spend as it is.
+
+`band="low"|"high"` scales each rank's gaps by its slowest or fastest probe instead of the median
+(`scale.probe_band`): the range the prediction of a host-bound step carries from this machine's
+speed (`emulator.pipeline`).
 """
 
 from __future__ import annotations
 
 from emulator.collate.job import CollatedJob
 from emulator.hosttime.clip import clip_spikes, same_position_medians
-from emulator.hosttime.scale import host_gap_scale, rank_scale
+from emulator.hosttime.scale import host_gap_scale, probe_band, rank_scale
 
 
-def apply_host_time(job: CollatedJob, gpu_key: str, explicit_scale: float | None = None) -> dict:
-    """Set every trace's `host_gap` for the target; returns how it was scaled (prediction.json `host_speed`)."""
+def apply_host_time(job: CollatedJob, gpu_key: str, explicit_scale: float | None = None,
+                    band: str | None = None) -> dict:
+    """Set every trace's `host_gap` for the target; returns how it was scaled (prediction.json `host_speed`).
+    `band` "low" or "high": each rank at the end of its probes' range instead of their median."""
     host = host_gap_scale(job.summary.host_speed, gpu_key, explicit_scale)
     for rep in job.reps.values():
         clipped = clip_spikes(rep.op, rep.phase, rep.module, rep.host_gap_raw)
-        scale = rank_scale(host, job.summary.host_speed_by_rank.get(str(rep.rank)) or [])
+        probes = job.summary.host_speed_by_rank.get(str(rep.rank)) or []
+        scale = rank_scale(host, probes)
+        if band:
+            scale *= probe_band(probes)[0 if band == "low" else 1]
         rep.host_gap = same_position_medians(rep.iteration, rep.op, [g * scale for g in clipped])
     if host.get("target_s_per_op") and job.summary.host_speed_by_rank:
         host["probes"] = "median of each rank's host-speed probes (before the program and after each iteration)"
     return host
 
 
-__all__ = ["apply_host_time", "clip_spikes", "host_gap_scale", "same_position_medians"]
+__all__ = ["apply_host_time", "clip_spikes", "host_gap_scale", "probe_band", "same_position_medians"]

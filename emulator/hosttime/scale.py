@@ -93,3 +93,18 @@ def rank_scale(host: dict, speeds: list[float]) -> float:
         return float(host["scale"])
     return float(target) / good[len(good) // 2] if len(good) % 2 else float(target) / (
         (good[len(good) // 2 - 1] + good[len(good) // 2]) / 2)
+
+
+def probe_band(speeds: list[float]) -> tuple[float, float]:
+    """(low, high) factors on a rank's host-gap scale: the median probe against the slowest and the
+    fastest probe of the rank's run.
+
+    Why: a rank's gaps were recorded at this machine's speed of their moment, which its probes only
+    bracket (the machine's speed moves within seconds); scaled by the slowest probe instead of the
+    median they are the shortest the target's host time can be on this evidence, by the fastest the
+    longest. (1, 1) when the rank took fewer than two probes: no evidence of a spread."""
+    good = sorted(s for s in speeds if s and s > 0)
+    if len(good) < 2:
+        return 1.0, 1.0
+    mid = good[len(good) // 2] if len(good) % 2 else (good[len(good) // 2 - 1] + good[len(good) // 2]) / 2
+    return mid / good[-1], mid / good[0]

@@ -20,6 +20,10 @@ Definitions behind the numbers:
 - cost: iteration_time_s x world_size x price per GPU-hour / 3600.
 - cuda_event_timings: for each pair of `torch.cuda.Event`s the program timed with `elapsed_time`
   (which reads a placeholder during emulation), the simulated milliseconds between them on rank 0.
+- iteration_time_band_s: only for a host-bound step (`bound_by` "host"): the iteration time with each
+  rank's host gaps read at the slowest and at the fastest of its host-speed probes instead of their
+  median. The step is this machine's host time, scaled, and the probes bracket the speed it was
+  recorded at; the same program emulated again lands about that far away (`make bench`).
 - notes: what the user should know that does not make the prediction wrong, e.g. OOMs the
   program caught and recovered from (`oom` is only for an OOM that ended a rank).
 """
@@ -207,6 +211,8 @@ class Prediction:
     # phase (forward, backward, optimizer, other) -> compute device_s per steady iteration and rank (no collectives)
     device_time_by_phase: dict = field(default_factory=dict)
     bound_by: str | None = None  # what sets the step: host | waiting | communication | compute (see `bound_by`)
+    # a host-bound step: [low, high] with each rank's host gaps read at its slowest and fastest host-speed probe
+    iteration_time_band_s: list[float] | None = None
 
     def to_json(self) -> dict:
         out = asdict(self)

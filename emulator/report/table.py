@@ -66,6 +66,10 @@ def print_prediction(prediction: Prediction, console: Console | None = None, out
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("iteration time (steady state)", _t(pred.get("iteration_time_s")))
+    band = pred.get("iteration_time_band_s")
+    if band:
+        t.add_row("  range from this machine's speed", f"{_t(band[0])} to {_t(band[1])} (host-bound: the host gaps "
+                  "read at the slowest and the fastest of the run's host-speed probes)")
     its = pred.get("iterations_s") or []
     if len(its) > 1:
         t.add_row("iterations", ", ".join(_t(x) for x in its[:8]) + (" ..." if len(its) > 8 else ""))

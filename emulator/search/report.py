@@ -28,7 +28,31 @@ def entry_json(result: SearchResult, e: Entry, rank: int | None = None) -> dict:
                 mfu=row.get("mfu"), peak_memory_gib=None if peak is None else peak / GiB, gpu=row.get("gpu"),
                 world_size=row.get("world_size"), cost_per_iteration_usd=row.get("cost_per_iteration_usd"),
                 cost_per_million_tokens_usd=row.get("cost_per_million_tokens_usd"), command=row.get("command"),
-                bound_by=row.get("bound_by"), trial_key=e.trial_key, traceback_path=row.get("traceback_path"))
+                bound_by=row.get("bound_by"), iteration_time_band_s=_band(row), trial_key=e.trial_key,
+                traceback_path=row.get("traceback_path"))
+
+
+def _band(row: dict) -> list[float] | None:
+    """A host-bound trial's [low, high] iteration time from this machine's host-speed probes (prediction.json)."""
+    low, high = row.get("iteration_time_low_s"), row.get("iteration_time_high_s")
+    return None if low is None or high is None else [low, high]
+
+
+def _value_range(e: Entry) -> tuple[float, float]:
+    """The objective's range: it is proportional to the iteration time (time, cost, cost per token)."""
+    band, t = _band(e.row or {}), (e.row or {}).get("iteration_time_s")
+    if not band or not t:
+        return e.value, e.value
+    return e.value * band[0] / t, e.value * band[1] / t
+
+
+def within_host_noise(ranked: list[Entry]) -> list[Entry]:
+    """The configurations after the best that this machine's host timing cannot tell from it: the best is
+    host-bound and the low end of their objective's range is under the high end of the best's."""
+    if not ranked or not _band(ranked[0].row or {}):
+        return []
+    top = _value_range(ranked[0])[1]
+    return [e for e in ranked[1:] if _value_range(e)[0] <= top]
 
 
 def pareto(entries: list[Entry]) -> list[Entry]:
@@ -84,6 +108,13 @@ def print_report(result: SearchResult, console: Console, top: int = 15, files: d
         console.print(f"best: {_knobs(result, best)} — {result.options.objective} {best.value:.4g}",
                       highlight=False, markup=False, style="bold")
         console.print(best.row.get("command") or "", highlight=False, soft_wrap=True, markup=False)
+        close = within_host_noise(ranked)
+        if close:
+            low, high = _band(best.row)
+            console.print(f"the best is host-bound: its step is {low:.4g}-{high:.4g} s on this machine's host-speed "
+                          f"probes, and {len(close)} more configuration(s) overlap that range "
+                          f"({', '.join(_knobs(result, e) for e in close[:3])}{' ...' if len(close) > 3 else ''}): "
+                          "this machine's host timing does not tell them apart", highlight=False, markup=False)
     else:
         console.print("[red]no configuration gave a time[/red]")
     for what, path in (files or {}).items():

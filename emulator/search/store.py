@@ -39,6 +39,7 @@ TRIAL_SCHEMA = pa.schema([
     ("price_per_gpu_hour", pa.float64()), ("command", pa.string()), ("emulation_reused", pa.bool_()),
     ("emulation_wall_s", pa.float64()), ("simulation_wall_s", pa.float64()), ("trial_wall_s", pa.float64()),
     ("estimator", pa.string()), ("bound_by", pa.string()),
+    ("iteration_time_low_s", pa.float64()), ("iteration_time_high_s", pa.float64()),  # a host-bound step's range
 ])
 RUN_SCHEMA = pa.schema([
     ("search_id", pa.string()), ("n", pa.int32()), ("knobs", pa.string()), ("outcome", pa.string()),

@@ -255,6 +255,7 @@ def _simulate(row: dict, spec: TrialSpec, out: Path, root: Path, console: Consol
                price_per_gpu_hour=pred.price_per_gpu_hour, emulation_wall_s=pred.emulation_wall_s,
                simulation_wall_s=pred.simulation_wall_s, estimator=json.dumps(pred.estimator.get("coverage") or {}),
                bound_by=pred.bound_by)
+    row["iteration_time_low_s"], row["iteration_time_high_s"] = pred.iteration_time_band_s or (None, None)
     if pred.oom:
         row.update(status="oom", reason=pred.oom_reason or "out of memory")
     elif pred.hang:
@@ -295,7 +296,8 @@ def base_row(spec: TrialSpec, key: str, predictors: dict) -> dict:
                 iteration_time_s=None, tokens_per_iteration=None, tokens_per_s=None, mfu=None, peak_memory_bytes=None,
                 peak_memory_bytes_per_rank=None, memory_capacity_bytes=None, cost_per_iteration_usd=None,
                 cost_per_million_tokens_usd=None, price_per_gpu_hour=None, command=None, emulation_reused=False,
-                emulation_wall_s=None, simulation_wall_s=None, trial_wall_s=None, estimator=None, bound_by=None)
+                emulation_wall_s=None, simulation_wall_s=None, trial_wall_s=None, estimator=None, bound_by=None,
+                iteration_time_low_s=None, iteration_time_high_s=None)
 
 
 def cluster_file(root: Path, settings: dict) -> str | None:

@@ -60,9 +60,10 @@ def _rep_index(rep: RepTrace) -> dict:
         first = next((i for i, p in enumerate(rep.phase) if p in ("forward", "backward")), None)
         cache = dict(it=it, ids=sorted(set(rep.iteration)), compute=compute, comm=comm, first_train=first,
                      paid=np.asarray(rep.pays_launch, dtype=bool), host_ops=host_ops,
-                     gap=np.asarray(rep.host_gap, dtype=float), by_it={v: np.flatnonzero(it == v)
-                                                                      for v in set(rep.iteration)})
+                     by_it={v: np.flatnonzero(it == v) for v in set(rep.iteration)})
         rep._analysis_index = cache  # type: ignore[attr-defined]
+    if cache.get("gap_of") is not rep.host_gap:  # the host-time stage set new gaps (a host-speed range)
+        cache.update(gap=np.asarray(rep.host_gap, dtype=float), gap_of=rep.host_gap)
     return cache
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from emulator.bench import __main__ as bench_main
 from emulator.bench.machine_speed import window_spread
-from emulator.bench.repeatability import host_by_site, moved_most
+from emulator.bench.repeatability import band_cover, host_by_site, moved_most
 
 
 def _trace(gaps_by_iteration: list[list[float]]) -> dict:
@@ -58,3 +58,11 @@ def test_a_benchmark_without_a_target_does_not_fail_the_run_but_an_error_does(tm
                                                    "broken": lambda out: 1 / 0})
     assert bench_main.main(["--only", "context", "--out", str(tmp_path)]) == 0
     assert bench_main.main(["--only", "broken", "--out", str(tmp_path)]) == 1
+
+
+def test_the_bench_counts_the_runs_whose_host_speed_range_holds_the_runs_median():
+    times = [10e-3, 12e-3, 11e-3, 15e-3, 11.5e-3]  # median 11.5 ms
+    bands = [[9e-3, 11e-3], [10e-3, 13e-3], [9e-3, 12e-3], [12e-3, 16e-3], [10e-3, 13e-3]]
+    got = band_cover(times, bands)
+    assert got["bands_hold_median"] == "3 of 5" and got["bands_ms"][0] == [9.0, 11.0]
+    assert band_cover(times, [None] * 5) == {}  # no run host-bound: nothing to say

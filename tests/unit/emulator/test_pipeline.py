@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from emulator.bench.synthetic import TraceBuilder, ddp_rank, host_bound_tables, write_job
 from emulator.cli import app, simulate_command
 from emulator.pipeline import predict_from_trace
+from emulator.report.table import print_prediction
 
 
 @pytest.fixture
@@ -186,3 +187,35 @@ def test_each_rank_reads_its_gaps_against_the_median_of_its_probes():
     host = {"scale": 0.5, "target_s_per_op": 10e-6}
     assert rank_scale(host, [20e-6, 40e-6, 18e-6]) == pytest.approx(0.5)  # median 20 us; the slow probe ignored
     assert rank_scale(host, []) == 0.5 and rank_scale({"scale": 0.3}, [20e-6]) == 0.3
+
+
+def test_a_rank_whose_probes_moved_brackets_its_scale_by_the_slowest_and_fastest_probe():
+    from emulator.hosttime import probe_band
+
+    low, high = probe_band([20e-6, 40e-6, 16e-6])  # median 20 us
+    assert low == pytest.approx(0.5) and high == pytest.approx(1.25)
+    assert probe_band([20e-6]) == (1.0, 1.0) and probe_band([]) == (1.0, 1.0)  # no evidence of a spread
+
+
+def test_a_host_bound_prediction_carries_the_range_its_host_speed_probes_allow(tmp_path):
+    """Host gaps recorded while this machine's probes read 16-40 us an op (median 20): the host-bound step is
+    read at the median, and its range at the slowest and fastest probe: half and 1.25x the host time.
+    A step the device sets carries no range; the printed answer says where the range comes from."""
+    from emulator.core.hostspeed import WORKLOAD
+
+    here = {"workload": WORKLOAD, "s_per_op": 20e-6}
+    out = write_job(tmp_path / "out", host_bound_tables([1e-3]), nproc_per_node=1, host_speed=here,
+                    host_speed_by_rank={"0": [20e-6, 40e-6, 16e-6]})
+    pred = predict_from_trace(out, roofline_only=True)
+    assert pred.bound_by == "host"
+    low, high = pred.iteration_time_band_s
+    assert low == pytest.approx(pred.iteration_time_s * 0.5, rel=0.1)
+    assert high == pytest.approx(pred.iteration_time_s * 1.25, rel=0.1)
+    assert json.loads((out / "prediction.json").read_text())["iteration_time_band_s"] == [low, high]
+    assert predict_from_trace(out, roofline_only=True).iteration_time_s == pred.iteration_time_s  # gaps restored
+    console = Console(record=True, width=240)
+    print_prediction(pred, console)
+    assert "range from this machine's speed" in console.export_text()
+    device = predict_from_trace(write_job(tmp_path / "dev", {0: ddp_rank(0, 1).table()}, host_speed=here,
+                                          host_speed_by_rank={"0": [20e-6, 40e-6]}), roofline_only=True)
+    assert device.bound_by != "host" and device.iteration_time_band_s is None

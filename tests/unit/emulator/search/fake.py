@@ -29,9 +29,10 @@ gpu = "{gpu}"
 class FakeEvaluator:
     """Time falls with micro-batch and rises with TP beyond 2; memory = micro_batch / tp, halved by checkpointing."""
 
-    def __init__(self, crash_on=None, interrupt_after=None):
+    def __init__(self, crash_on=None, interrupt_after=None, host_band=None):
         self.calls = []
         self.crash_on, self.interrupt_after = crash_on, interrupt_after
+        self.host_band = host_band  # every step host-bound, with this relative range (prediction.json's band)
 
     def __call__(self, spec, predictors):
         if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
@@ -50,6 +51,9 @@ class FakeEvaluator:
         row.update(status="ok", iteration_time_s=t, cost_per_iteration_usd=t * 8 * 2.0 / 3600,
                    cost_per_million_tokens_usd=t * 8 * 2.0 / 3600 / 0.065536, world_size=8, trial_wall_s=0.01,
                    bound_by="host" if mb == 1 else "compute")
+        if self.host_band:
+            row.update(bound_by="host", iteration_time_low_s=t * (1 - self.host_band),
+                       iteration_time_high_s=t * (1 + self.host_band))
         return row
 
 

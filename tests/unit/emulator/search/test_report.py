@@ -13,10 +13,10 @@ from emulator.search.space import parse_space
 from .fake import SPACE, FakeEvaluator, fake_versions
 
 
-def _result(tmp_path):
+def _result(tmp_path, evaluate=None):
     s = Search(parse_space(SPACE, gpus=8), Program("/w/train.py", None, (), "h"),
                Options(engine="inline", algorithm="grid", budget=1000), store=Store(tmp_path / "s"),
-               evaluate=FakeEvaluator(), console=Console(file=io.StringIO()), versions=fake_versions)
+               evaluate=evaluate or FakeEvaluator(), console=Console(file=io.StringIO()), versions=fake_versions)
     return run_inline(s)
 
 
@@ -29,6 +29,20 @@ def test_terminal_report_ranks_and_says_what_the_answer_cost(tmp_path):
     assert "best: tp=2 micro_batch=4 checkpoint=False gpu=h100" in text
     assert "oom — out of memory on rank(s) [0]" in text
     assert "bound by" in text and "compute" in text  # what sets each configuration's step
+    assert "host-bound" not in text  # a device-bound best is told apart by its kernels
+
+
+def test_a_host_bound_best_names_the_configurations_this_machines_host_timing_cannot_tell_from_it(tmp_path):
+    """Every step host-bound with a +-10% range: the best (1.25 s) reaches 1.375 s; tp=2 micro_batch=2 (1.5 s)
+    and tp=2 micro_batch=8 with checkpointing (1.525 s) start under that, the rest above it."""
+    res = _result(tmp_path, FakeEvaluator(host_band=0.1))
+    buf = io.StringIO()
+    print_report(res, Console(file=buf, width=400), top=5)
+    text = buf.getvalue()
+    assert "the best is host-bound: its step is 1.125-1.375 s" in text
+    assert "2 more configuration(s) overlap that range (tp=2 micro_batch=2 checkpoint=False gpu=h100, " \
+           "tp=2 micro_batch=8 checkpoint=True gpu=h100)" in text
+    assert to_json(res)["best"]["iteration_time_band_s"] == [1.125, 1.375]
 
 
 def test_pareto_front_files_and_json(tmp_path):
