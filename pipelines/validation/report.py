@@ -39,6 +39,7 @@ def row_for(case, result, llm_analysis_s: float | None = None, llm_analysis_note
            "coverage": result.coverage, "error": result.error, "llm_analysis_note": llm_analysis_note,
            "wall_s": result.wall_s, "breakdown_s": getattr(result, "breakdown", {}),
            "bound_by": getattr(result, "bound_by", None),
+           "band_s": getattr(result, "band_s", None),
            "roofline_sim_s": getattr(result, "roofline_sim_s", None), "load_avg": getattr(result, "load_avg", None),
            "device_time_by_family": getattr(result, "device_time_by_family", {}),
            "measured_by_family": getattr(result, "measured_by_family", {}),
@@ -156,11 +157,18 @@ def host_bound(rows: list[dict]) -> str:
     if not bound:
         return ""
     over = [r for r in bound if (r.get("maya_error") or 0) > 0]
+    banded = [r for r in bound if r.get("band_s") and r.get("measured_s")]
+    inside = [r["name"] for r in banded if r["band_s"][0] <= r["measured_s"] <= r["band_s"][1]]
+    band = (f" The measured time lies inside the prediction's host-speed range (`iteration_time_band_s`: the step "
+            f"with each rank's host gaps read at its slowest and fastest host-speed probe) for {len(inside)} of "
+            f"{len(banded)}{' (' + ', '.join(inside) + ')' if inside else ''}: there, this machine's speed alone "
+            "could account for the error; outside it, something else does (the target's host speed, the "
+            "program)." if banded else "")
     return (f"\n{len(bound)} of {len(scored)} predictions are host-bound (`bound_by`): the simulated host time (the "
             f"trace's recorded host gaps plus launch overhead) of a rank fills at least {HOST_BOUND_SHARE:.0%} of "
             f"the step, so the iteration time is the host's; {len(over)} of them over-predict. The `maya host / "
             "device` column shows both; where the device figure is close to the measurement, the error comes from "
-            "the host-gap timing, not from the kernel predictors.\n")
+            f"the host-gap timing, not from the kernel predictors.{band}\n")
 
 
 def failures(rows: list[dict]) -> str:

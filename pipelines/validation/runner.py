@@ -49,6 +49,7 @@ class RunResult:
     roofline_sim_s: float | None = None  # maya's simulator with analytical durations (host gaps included)
     breakdown: dict = field(default_factory=dict)  # prediction.json breakdown_s (compute, host, ...)
     bound_by: str | None = None  # prediction.json bound_by: what sets the step
+    band_s: list | None = None  # prediction.json iteration_time_band_s: a host-bound step's host-speed range
     load_avg: float | None = None  # CPU cases: 1-minute load average right after the measurement
     measured_s: float | None = None  # CPU cases: measured here with `maya profile` (median of every timing run)
     # CPU cases: each timing run's steady iterations, the run before the emulation and calibration, then the
@@ -115,6 +116,7 @@ def _fill_from_prediction(res: RunResult, out: Path) -> None:
     res.emulation_wall_s = pred.get("emulation_wall_s")
     res.breakdown = pred.get("breakdown_s") or {}
     res.bound_by = pred.get("bound_by")
+    res.band_s = pred.get("iteration_time_band_s")
     res.device_time_by_family = pred.get("device_time_by_family") or {}
     res.device_time_by_phase = pred.get("device_time_by_phase") or {}
     if pred.get("hang"):

@@ -121,6 +121,12 @@ def test_host_bound_predictions_are_called_out():
     text = report.host_bound(rows)
     assert "1 of 2 predictions are host-bound" in text and "1 of them over-predict" in text
     assert "2.400 s / 220.0 ms" in report.markdown_table(rows)
+    assert "host-speed range" not in text  # rows stored before predictions carried one
+    rows[0]["band_s"] = [1.8, 3.0]  # the 2.4 s prediction's range misses the 0.2 s measurement
+    assert "inside the prediction's host-speed range (`iteration_time_band_s`" in report.host_bound(rows)
+    assert "for 0 of 1:" in report.host_bound(rows)
+    rows[0]["band_s"] = [0.15, 3.0]
+    assert "for 1 of 1 (a):" in report.host_bound(rows)
 
 
 def test_device_time_diagnostic_is_scored_separately():
