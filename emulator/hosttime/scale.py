@@ -91,8 +91,12 @@ def rank_scale(host: dict, speeds: list[float]) -> float:
     good = sorted(s for s in speeds if s and s > 0)
     if not target or not good:
         return float(host["scale"])
-    return float(target) / good[len(good) // 2] if len(good) % 2 else float(target) / (
-        (good[len(good) // 2 - 1] + good[len(good) // 2]) / 2)
+    return float(target) / _median(good)
+
+
+def _median(ordered: list[float]) -> float:
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 def probe_band(speeds: list[float]) -> tuple[float, float]:
@@ -106,5 +110,4 @@ def probe_band(speeds: list[float]) -> tuple[float, float]:
     good = sorted(s for s in speeds if s and s > 0)
     if len(good) < 2:
         return 1.0, 1.0
-    mid = good[len(good) // 2] if len(good) % 2 else (good[len(good) // 2 - 1] + good[len(good) // 2]) / 2
-    return mid / good[-1], mid / good[0]
+    return _median(good) / good[-1], _median(good) / good[0]
