@@ -50,6 +50,8 @@ def host_speed_band(job, cl, est, file: dict) -> list[float] | None:
     recorded at, and the range is what the figure carries from it (the same program emulated five
     times moves that much, `make bench`). Two more simulations of a step that is mostly host time,
     without a timeline; the job's gaps are set back to the median's after."""
+    if not any(len(p or []) > 1 for p in job.summary.host_speed_by_rank.values()):
+        return None  # no rank took two probes (a trace from before probes): no evidence of a range
     explicit = cl.host_gap_scale if "host_gap_scale" in file else None
     ends = []
     try:

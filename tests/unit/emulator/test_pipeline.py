@@ -219,3 +219,5 @@ def test_a_host_bound_prediction_carries_the_range_its_host_speed_probes_allow(t
     device = predict_from_trace(write_job(tmp_path / "dev", {0: ddp_rank(0, 1).table()}, host_speed=here,
                                           host_speed_by_rank={"0": [20e-6, 40e-6]}), roofline_only=True)
     assert device.bound_by != "host" and device.iteration_time_band_s is None
+    unprobed = write_job(tmp_path / "old", host_bound_tables([1e-3]), nproc_per_node=1, host_speed=here)
+    assert predict_from_trace(unprobed, roofline_only=True).iteration_time_band_s is None  # no probes, no range
