@@ -22,15 +22,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from emulator.collate.hangs import HangError
-from emulator.collate.job import CollateError, collate
+from emulator.collate.job import CollatedJob, CollateError, collate
 from emulator.core.hardware import UnknownGPUError
 from emulator.core.variants import GPUVariantError, read_gpu_spec_file, variant_from_table
 from emulator.estimate import NoPredictorError, estimate, load_predictors
-from emulator.hosttime import apply_host_time
+from emulator.estimate.durations import Estimates
+from emulator.hosttime import apply_host_time, probe_bands
 from emulator.report.prediction import Prediction, build_prediction
 from emulator.report.timeline import write_timeline
 from emulator.simulate.analysis import timing
-from emulator.simulate.cluster import ClusterFileError, build_cluster, read_cluster_file
+from emulator.simulate.cluster import Cluster, ClusterFileError, build_cluster, read_cluster_file
 from emulator.simulate.cuda_events import cuda_event_timings
 from emulator.simulate.engine import simulate
 from emulator.trace.io import DamagedFile, read_summary, write_json
@@ -42,28 +43,32 @@ EXPECTED_ERRORS = (TraceSchemaError, SummaryError, DamagedFile, CollateError, Cl
                    UnknownGPUError, GPUVariantError, FileNotFoundError)
 
 
-def host_speed_band(job, cl, est, file: dict) -> list[float] | None:
+def host_speed_band(job: CollatedJob, cl: Cluster, est: Estimates) -> list[float] | None:
     """[low, high] iteration time of a host-bound step with each rank's host gaps read at the slowest and
-    the fastest of its host-speed probes instead of their median (`emulator.hosttime.probe_band`).
+    the fastest of its host-speed probes instead of their median (`emulator.hosttime.probe_bands`); None
+    when no rank's probes spread (fewer than two: a trace from before probes).
 
     Why: such a step is this machine's host time, scaled; the probes bracket the speed its gaps were
     recorded at, and the range is what the figure carries from it (the same program emulated five
     times moves that much, `make bench`). Two more simulations of a step that is mostly host time,
-    without a timeline; the job's gaps are set back to the median's after."""
-    if not any(len(p or []) > 1 for p in job.summary.host_speed_by_rank.values()):
-        return None  # no rank took two probes (a trace from before probes): no evidence of a range
-    explicit = cl.host_gap_scale if "host_gap_scale" in file else None
+    without a timeline; each rank's median-read gaps are put back after."""
+    factors = probe_bands(job)
+    if all(f == (1.0, 1.0) for f in factors.values()):
+        return None
+    median = {rep.rank: rep.host_gap for rep in job.reps.values()}
     ends = []
     try:
-        for band in ("low", "high"):
-            apply_host_time(job, cl.spec.key, explicit, band=band)
+        for end in (0, 1):
+            for rep in job.reps.values():
+                rep.host_gap = [g * factors[rep.rank][end] for g in median[rep.rank]]
             result = simulate(job, est.durations, cl.launch_overhead_s, synchronous=cl.spec.is_cpu, classes=True)
             tm = timing(result, cl.launch_overhead_s) if result.hang is None else None
             if tm is None or not tm.iteration_time_s:
                 return None
             ends.append(float(tm.iteration_time_s))
     finally:
-        apply_host_time(job, cl.spec.key, explicit)
+        for rep in job.reps.values():
+            rep.host_gap = median[rep.rank]
     return sorted(ends)
 
 
@@ -122,7 +127,7 @@ def predict_from_trace(trace_dir: Path, gpu: str | None = None, nnodes: int | No
     if result is not None and hang is None:
         pred.cuda_event_timings = cuda_event_timings(result)
     if pred.bound_by == "host" and est is not None:
-        pred.iteration_time_band_s = host_speed_band(job, cl, est, file)
+        pred.iteration_time_band_s = host_speed_band(job, cl, est)
     pred.timeline = bool(timeline and result is not None and tm is not None)
     if write:
         if pred.timeline:

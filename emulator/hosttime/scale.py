@@ -110,4 +110,5 @@ def probe_band(speeds: list[float]) -> tuple[float, float]:
     good = sorted(s for s in speeds if s and s > 0)
     if len(good) < 2:
         return 1.0, 1.0
-    return _median(good) / good[-1], _median(good) / good[0]
+    mid = _median(good)
+    return mid / good[-1], mid / good[0]
